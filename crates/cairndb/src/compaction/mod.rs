@@ -1,0 +1,275 @@
+//! Leveled compaction: merging tables into the next level.
+//!
+//! Picking: level 0 is scored by table count against
+//! `l0_compaction_trigger`, level i >= 1 by bytes against
+//! `level1_bytes * level_multiplier^(i-1)`; the highest score >= 1 is
+//! compacted. Level 0 compacts all its tables with the overlapping level-1
+//! tables; a deeper level compacts one table (round robin through its key
+//! range) with the overlapping tables of the next level. A single table
+//! with nothing below it is moved by a manifest edit alone.
+//!
+//! Merging keeps, per user key, the newest version and every older version
+//! some snapshot may still read; a tombstone is dropped once no snapshot
+//! needs it and no deeper level holds the key. Outputs are cut at
+//! `table_bytes`, only between user keys, so the tables of a level never
+//! share a user key.
+//!
+//! Only one compaction runs at a time (`compaction_lock`), in the
+//! background thread or in `Db::compact`.
+
+use crate::db::Inner;
+use crate::error::{Error, Result};
+use crate::format::key::{self, Kind};
+use crate::format::manifest::{Edit, TableRecord};
+use crate::format::table::TableWriter;
+use crate::limits::LEVELS;
+use crate::options::Options;
+use crate::read::cursor::{Cursor, Dir, MergeCursor, table_cursor};
+use crate::version::{TableFile, Version, files};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Tables chosen for one compaction.
+struct Compaction {
+    level: usize,
+    inputs: Vec<Arc<TableFile>>,
+    /// Overlapping tables of `level + 1`.
+    below: Vec<Arc<TableFile>>,
+}
+
+fn level_target(opts: &Options, level: usize) -> u64 {
+    let mut t = opts.level1_bytes;
+    for _ in 1..level {
+        t = t.saturating_mul(opts.level_multiplier);
+    }
+    t
+}
+
+/// Score of each level that can be compacted (the last cannot).
+fn scores(v: &Version, opts: &Options) -> Vec<f64> {
+    (0..LEVELS - 1)
+        .map(|l| {
+            if l == 0 {
+                v.levels[0].len() as f64 / opts.l0_compaction_trigger as f64
+            } else {
+                v.level_bytes(l) as f64 / level_target(opts, l) as f64
+            }
+        })
+        .collect()
+}
+
+/// How far compaction is behind, from 0 (writers run free) to 1 (writers
+/// are about to stop). Level 0 pressure grows linearly from the slowdown
+/// trigger to the stop trigger; byte debt of deeper levels adds pressure
+/// once a level is more than twice its target.
+pub(crate) fn write_pressure(v: &Version, opts: &Options) -> f64 {
+    let l0 = v.levels[0].len();
+    let l0_pressure = if l0 >= opts.l0_slowdown_trigger {
+        (l0 - opts.l0_slowdown_trigger + 1) as f64
+            / (opts.l0_stop_trigger - opts.l0_slowdown_trigger + 1) as f64
+    } else {
+        0.0
+    };
+    let bytes_pressure = scores(v, opts)
+        .iter()
+        .skip(1)
+        .map(|s| ((s - 2.0) / 8.0).clamp(0.0, 1.0))
+        .fold(0.0, f64::max);
+    l0_pressure.max(bytes_pressure).min(1.0)
+}
+
+fn user_range(files: &[Arc<TableFile>]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let lo = files.iter().map(|f| f.smallest_user()).min()?;
+    let hi = files.iter().map(|f| f.largest_user()).max()?;
+    Some((lo.to_vec(), hi.to_vec()))
+}
+
+fn pick(v: &Version, opts: &Options, pointer: &mut [Vec<u8>; LEVELS]) -> Option<Compaction> {
+    let (level, score) = scores(v, opts)
+        .into_iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    if score < 1.0 {
+        return None;
+    }
+    let inputs = if level == 0 {
+        v.levels[0].clone()
+    } else {
+        let files = &v.levels[level];
+        let after = files
+            .iter()
+            .find(|f| key::compare(&f.smallest, &pointer[level]).is_gt())
+            .or(files.first())?;
+        pointer[level] = after.largest.clone();
+        vec![after.clone()]
+    };
+    let (lo, hi) = user_range(&inputs)?;
+    let below = v.overlapping(level + 1, &lo, &hi);
+    Some(Compaction {
+        level,
+        inputs,
+        below,
+    })
+}
+
+/// The compaction thread: compacts while some level is over its target.
+pub(crate) fn run(inner: &Inner) {
+    let mut pointer: [Vec<u8>; LEVELS] = Default::default();
+    loop {
+        {
+            let mut bg = inner.bg.lock();
+            loop {
+                if bg.shutdown {
+                    return;
+                }
+                if bg.error.is_none() {
+                    let v = inner.state.read().version.clone();
+                    if scores(&v, &inner.opts).iter().any(|s| *s >= 1.0) {
+                        break;
+                    }
+                }
+                inner.bg_cv.wait_for(&mut bg, Duration::from_millis(200));
+            }
+        }
+        let guard = inner.compaction_lock.lock();
+        let v = inner.state.read().version.clone();
+        if let Some(c) = pick(&v, &inner.opts, &mut pointer)
+            && let Err(e) = compact(inner, &v, c)
+        {
+            inner.set_bg_error(e);
+        }
+        drop(guard);
+        inner.notify_bg();
+    }
+}
+
+fn compact(inner: &Inner, v: &Version, c: Compaction) -> Result<()> {
+    let out_level = c.level + 1;
+    let mut edit = Edit::default();
+    if c.below.is_empty() && c.inputs.len() == 1 {
+        let f = &c.inputs[0];
+        edit.removed.push((c.level, f.number));
+        edit.added.push(f.record(out_level));
+    } else {
+        edit.removed
+            .extend(c.inputs.iter().map(|f| (c.level, f.number)));
+        edit.removed
+            .extend(c.below.iter().map(|f| (out_level, f.number)));
+        let all: Vec<_> = c.inputs.iter().chain(&c.below).cloned().collect();
+        edit.added = merge(inner, v, &all, out_level)?;
+    }
+    inner.log_and_apply(edit, |_| {})?;
+    inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// `Db::compact`: merges every table into one level (the deepest holding
+/// data, at least 1).
+pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
+    let _guard = inner.compaction_lock.lock();
+    inner.check_writable()?;
+    let v = inner.state.read().version.clone();
+    if v.table_count() == 0 {
+        return Ok(());
+    }
+    let target = (1..LEVELS)
+        .rev()
+        .find(|&l| !v.levels[l].is_empty())
+        .unwrap_or(1);
+    let mut edit = Edit::default();
+    let mut all = Vec::new();
+    for (level, files) in v.levels.iter().enumerate() {
+        edit.removed.extend(files.iter().map(|f| (level, f.number)));
+        all.extend(files.iter().cloned());
+    }
+    edit.added = merge(inner, &v, &all, target)?;
+    inner.log_and_apply(edit, |_| {})?;
+    inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// True if no level below `out_level` may hold `user_key`.
+fn is_base_level(v: &Version, out_level: usize, user_key: &[u8]) -> bool {
+    (out_level + 1..LEVELS).all(|l| v.find(l, user_key).is_none())
+}
+
+/// Merges `inputs` into new tables for `out_level`; returns their records.
+fn merge(
+    inner: &Inner,
+    v: &Version,
+    inputs: &[Arc<TableFile>],
+    out_level: usize,
+) -> Result<Vec<TableRecord>> {
+    let oldest_snapshot = inner.oldest_snapshot();
+    let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(inputs.len());
+    for f in inputs {
+        let table = inner.tables.get(f)?;
+        children.push(Box::new(table_cursor(&table, Dir::Forward, None)));
+    }
+    let mut merged = MergeCursor::new(children, Dir::Forward);
+    let mut outputs = Vec::new();
+    let mut writer: Option<(u64, TableWriter)> = None;
+    let mut current: Option<Vec<u8>> = None;
+    // Seqno of the previous (newer) entry of the current user key.
+    let mut newer_seqno = u64::MAX;
+    while merged.advance()? {
+        let ikey = merged.key();
+        let (user, tag) = key::split(ikey)
+            .ok_or_else(|| Error::corruption(&inner.dir, 0, "internal key shorter than its tag"))?;
+        let seqno = key::tag_seqno(tag);
+        if current.as_deref() != Some(user) {
+            if let Some((_, w)) = &writer
+                && w.estimated_size() >= inner.opts.table_bytes
+            {
+                outputs.push(finish(inner, writer.take(), out_level)?);
+            }
+            current = Some(user.to_vec());
+            newer_seqno = u64::MAX;
+        }
+        let shadowed = newer_seqno <= oldest_snapshot;
+        let dead_tombstone = key::tag_kind(tag) == Kind::Delete as u8
+            && seqno <= oldest_snapshot
+            && is_base_level(v, out_level, user);
+        newer_seqno = seqno;
+        if shadowed || dead_tombstone {
+            continue;
+        }
+        if writer.is_none() {
+            let number = inner.new_file_number();
+            let path = files::table(&inner.dir, number);
+            let file = inner
+                .fs
+                .create(&path)
+                .map_err(|e| Error::io(format!("creating table {}", path.display()), e))?;
+            writer = Some((number, TableWriter::new(file, path, &inner.table_opts)));
+        }
+        if let Some((_, w)) = writer.as_mut() {
+            w.add(ikey, merged.value())?;
+        }
+    }
+    if writer.is_some() {
+        outputs.push(finish(inner, writer, out_level)?);
+    }
+    if !outputs.is_empty() {
+        inner
+            .fs
+            .sync_dir(&inner.dir)
+            .map_err(|e| Error::io("syncing the database directory", e))?;
+    }
+    Ok(outputs)
+}
+
+fn finish(inner: &Inner, writer: Option<(u64, TableWriter)>, level: usize) -> Result<TableRecord> {
+    let (number, w) = writer.ok_or_else(|| Error::InvalidArgument("internal: no writer".into()))?;
+    let _ = inner;
+    let s = w.finish()?;
+    Ok(TableRecord {
+        level,
+        number,
+        size: s.file_size,
+        entries: s.entries,
+        smallest: s.smallest,
+        largest: s.largest,
+    })
+}

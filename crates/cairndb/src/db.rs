@@ -1,0 +1,459 @@
+//! The database handle and the state shared by its threads.
+//!
+//! [`Inner`] is shared (`Arc`) by user handles, snapshots, iterators and the
+//! two background threads (flush and compaction). Locks, in the order they
+//! may be taken:
+//!
+//! 1. `queue` — the group-commit queue (write/).
+//! 2. `compaction_lock` — one compaction at a time.
+//! 3. `journal` — the open journal; held by the commit leader while it
+//!    appends and inserts into the memtable, and while a memtable is sealed,
+//!    so a batch is always in the journal of the memtable that holds it.
+//! 4. `manifest` — serializes version changes (log, then install).
+//! 5. `state` (RwLock) — the current memtables and version; held briefly.
+//! 6. `bg` — background status and the condvar writers stall on.
+//!
+//! `last_seqno` is published by the leader after the memtable insert, so a
+//! reader that loads it sees every write up to it.
+
+use crate::cache::BlockCache;
+use crate::error::{Error, Result};
+use crate::format::table::TableOptions;
+use crate::io::{DirLock, FileWrite, Fs};
+use crate::memtable::Memtable;
+use crate::options::{Options, WriteOptions};
+use crate::read::iter::{Iter, prefix_successor};
+use crate::read::{ReadView, TableCache};
+use crate::version::{Reaper, Version};
+use crate::write::Pending;
+use crate::write::batch::{WriteBatch, check_key};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+pub(crate) struct State {
+    pub mem: Arc<Memtable>,
+    /// Sealed memtables waiting for flush, oldest first.
+    pub sealed: Vec<Arc<Memtable>>,
+    pub version: Arc<Version>,
+}
+
+pub(crate) struct Journal {
+    /// `None` once the database is closed.
+    pub file: Option<Box<dyn FileWrite>>,
+    pub number: u64,
+}
+
+pub(crate) struct Manifest {
+    pub file: Box<dyn FileWrite>,
+    pub number: u64,
+    /// Journals numbered below this hold nothing unflushed.
+    pub journal_floor: u64,
+    /// Highest seqno recorded in any edit.
+    pub last_seqno: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Bg {
+    /// First failure of background work or of a journal/manifest write;
+    /// reported to every later write (sticky).
+    pub error: Option<Error>,
+    pub shutdown: bool,
+}
+
+/// Counters for tests and tools.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub flushes: AtomicU64,
+    pub compactions: AtomicU64,
+    pub stall_micros: AtomicU64,
+    pub slowdown_micros: AtomicU64,
+}
+
+pub(crate) struct Inner {
+    pub dir: PathBuf,
+    pub opts: Options,
+    pub fs: Arc<dyn Fs>,
+    pub table_opts: TableOptions,
+    pub state: RwLock<State>,
+    pub queue: Mutex<VecDeque<Arc<Pending>>>,
+    pub journal: Mutex<Journal>,
+    pub manifest: Mutex<Manifest>,
+    pub compaction_lock: Mutex<()>,
+    pub bg: Mutex<Bg>,
+    pub bg_cv: Condvar,
+    pub last_seqno: AtomicU64,
+    pub next_file: AtomicU64,
+    /// Registered snapshots: seqno → count.
+    pub snapshots: Mutex<BTreeMap<u64, usize>>,
+    pub tables: Arc<TableCache>,
+    pub reaper: Arc<Reaper>,
+    pub counters: Counters,
+    pub _lock: Box<dyn DirLock>,
+    pub _blocks: Option<Arc<BlockCache>>,
+}
+
+impl Inner {
+    pub fn view(&self) -> ReadView {
+        let s = self.state.read();
+        ReadView {
+            mem: s.mem.clone(),
+            sealed: s.sealed.clone(),
+            version: s.version.clone(),
+            tables: self.tables.clone(),
+        }
+    }
+
+    pub fn new_file_number(&self) -> u64 {
+        self.next_file.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Records a failure that makes later writes unsafe and wakes waiters.
+    pub fn set_bg_error(&self, e: Error) {
+        let mut bg = self.bg.lock();
+        if bg.error.is_none() {
+            bg.error = Some(e);
+        }
+        self.bg_cv.notify_all();
+    }
+
+    pub fn poison(&self, what: &str, e: &std::io::Error) {
+        self.set_bg_error(Error::Poisoned(format!("{what} failed: {e}")));
+    }
+
+    /// `Ok` if writes may proceed; the stored error or `Closed` otherwise.
+    pub fn check_writable(&self) -> Result<()> {
+        let bg = self.bg.lock();
+        if let Some(e) = &bg.error {
+            return Err(e.duplicate());
+        }
+        if bg.shutdown {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    pub fn notify_bg(&self) {
+        let _bg = self.bg.lock();
+        self.bg_cv.notify_all();
+    }
+
+    /// The oldest seqno some snapshot may still read at.
+    pub fn oldest_snapshot(&self) -> u64 {
+        let snaps = self.snapshots.lock();
+        snaps
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or_else(|| self.last_seqno.load(Ordering::Acquire))
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        {
+            let mut bg = self.bg.lock();
+            bg.shutdown = true;
+            self.bg_cv.notify_all();
+        }
+        let mut journal = self.journal.lock();
+        let poisoned = self.bg.lock().error.is_some();
+        match journal.file.take() {
+            Some(mut f) if !poisoned => f
+                .sync()
+                .map_err(|e| Error::io("syncing the journal on close", e)),
+            _ => Ok(()),
+        }
+    }
+}
+
+struct Handle {
+    inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Handle {
+    fn close(&self) -> Result<()> {
+        let r = self.inner.shutdown();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        r
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+/// An open database. Cheap to clone; all clones share one database, which
+/// is closed when the last clone is dropped or [`Db::close`] is called.
+/// `Send + Sync`: use it from any number of threads.
+#[derive(Clone)]
+pub struct Db {
+    handle: Arc<Handle>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db")
+            .field("dir", &self.inner().dir)
+            .finish()
+    }
+}
+
+fn owned_bound<K: AsRef<[u8]>>(b: Bound<&K>) -> Bound<Vec<u8>> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let upper = match prefix_successor(prefix) {
+        Some(s) => Bound::Excluded(s),
+        None => Bound::Unbounded,
+    };
+    (Bound::Included(prefix.to_vec()), upper)
+}
+
+impl Db {
+    /// Opens the database at `path`, creating it if missing (unless
+    /// `create_if_missing` is false) and recovering it if present: the
+    /// manifest is read and the journal tail replayed. Fails with
+    /// `Corruption` if the files are damaged beyond a torn journal tail,
+    /// `Io` if the directory is locked by another handle or unreadable.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        let inner = Arc::new(crate::recovery::open(path.as_ref(), opts)?);
+        let mut threads = Vec::new();
+        let spawn = |name: &str, f: fn(&Inner)| {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name(name.to_owned())
+                .spawn(move || f(&inner))
+                .map_err(|e| Error::io("starting a background thread", e))
+        };
+        threads.push(spawn("cairndb-flush", crate::flush::run)?);
+        if inner.opts.background_compaction {
+            threads.push(spawn("cairndb-compact", crate::compaction::run)?);
+        }
+        Ok(Db {
+            handle: Arc::new(Handle {
+                inner,
+                threads: Mutex::new(threads),
+            }),
+        })
+    }
+
+    fn inner(&self) -> &Arc<Inner> {
+        &self.handle.inner
+    }
+
+    /// Sets `key` to `value` (not synced: survives a process crash).
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.put_opt(key, value, &WriteOptions::default())
+    }
+
+    pub fn put_opt(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        opts: &WriteOptions,
+    ) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value)?;
+        self.write(b, opts)
+    }
+
+    /// Deletes `key` (not synced). Deleting a missing key is not an error.
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.delete_opt(key, &WriteOptions::default())
+    }
+
+    pub fn delete_opt(&self, key: impl AsRef<[u8]>, opts: &WriteOptions) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key)?;
+        self.write(b, opts)
+    }
+
+    /// Applies `batch` atomically. With `opts.sync` the call returns after
+    /// the batch is durable. Errors: `Poisoned` after an earlier journal or
+    /// manifest failure, `Closed` after close, `Io` if this write failed
+    /// (then it was not applied, and the handle is poisoned).
+    pub fn write(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
+        self.inner().write(batch, opts)
+    }
+
+    /// The current value of `key`.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        let key = key.as_ref();
+        check_key(key)?;
+        let inner = self.inner();
+        let seqno = inner.last_seqno.load(Ordering::Acquire);
+        inner.view().get(key, seqno)
+    }
+
+    fn iter_bounds(&self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) -> Iter {
+        let inner = self.inner();
+        let seqno = inner.last_seqno.load(Ordering::Acquire);
+        Iter::new(inner.view(), seqno, lower, upper)
+    }
+
+    /// Keys in `range` with their values, in key order (`.rev()` for
+    /// descending), as of this call.
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
+        self.iter_bounds(
+            owned_bound(range.start_bound()),
+            owned_bound(range.end_bound()),
+        )
+    }
+
+    /// Every key with its value, in key order.
+    pub fn iter(&self) -> Iter {
+        self.iter_bounds(Bound::Unbounded, Bound::Unbounded)
+    }
+
+    /// Keys starting with `prefix`, in key order.
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter {
+        let (lo, hi) = prefix_bounds(prefix.as_ref());
+        self.iter_bounds(lo, hi)
+    }
+
+    /// A consistent view of the database as of now, kept until dropped.
+    pub fn snapshot(&self) -> Snapshot {
+        let inner = self.inner().clone();
+        let mut snaps = inner.snapshots.lock();
+        let seqno = inner.last_seqno.load(Ordering::Acquire);
+        *snaps.entry(seqno).or_insert(0) += 1;
+        drop(snaps);
+        Snapshot { inner, seqno }
+    }
+
+    /// Writes the memtable to a table and waits until every sealed
+    /// memtable is flushed (tables synced, manifest updated).
+    pub fn flush(&self) -> Result<()> {
+        crate::flush::flush_and_wait(self.inner())
+    }
+
+    /// Flushes, then merges every table into one sorted level, dropping
+    /// overwritten versions and tombstones no snapshot needs. Waits.
+    pub fn compact(&self) -> Result<()> {
+        self.flush()?;
+        crate::compaction::compact_all(self.inner())
+    }
+
+    /// Syncs the journal and stops background work. Later writes through
+    /// any clone of this handle fail with `Closed`.
+    pub fn close(self) -> Result<()> {
+        self.handle.close()
+    }
+
+    /// Shape and counters, for tools and tests.
+    pub fn stats(&self) -> Stats {
+        let inner = self.inner();
+        let view = inner.view();
+        Stats {
+            tables_per_level: view.version.levels.iter().map(Vec::len).collect(),
+            bytes_per_level: (0..view.version.levels.len())
+                .map(|l| view.version.level_bytes(l))
+                .collect(),
+            memtable_bytes: view.mem.approx_bytes(),
+            sealed_memtables: view.sealed.len(),
+            last_seqno: inner.last_seqno.load(Ordering::Acquire),
+            flushes: inner.counters.flushes.load(Ordering::Relaxed),
+            compactions: inner.counters.compactions.load(Ordering::Relaxed),
+            stall_micros: inner.counters.stall_micros.load(Ordering::Relaxed),
+            slowdown_micros: inner.counters.slowdown_micros.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The directory this database lives in.
+    pub fn path(&self) -> &Path {
+        &self.inner().dir
+    }
+}
+
+/// Shape and counters of an open database (`Db::stats`).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Stats {
+    pub tables_per_level: Vec<usize>,
+    pub bytes_per_level: Vec<u64>,
+    pub memtable_bytes: usize,
+    pub sealed_memtables: usize,
+    pub last_seqno: u64,
+    pub flushes: u64,
+    pub compactions: u64,
+    /// Time writers waited for flushes or compactions (hard stops).
+    pub stall_micros: u64,
+    /// Time writers were delayed by pacing before a stop.
+    pub slowdown_micros: u64,
+}
+
+/// A consistent read-only view of the database at one instant. Owned and
+/// `Send`: it does not borrow the `Db`. Versions it can see are kept (also
+/// through compactions) until it is dropped.
+pub struct Snapshot {
+    inner: Arc<Inner>,
+    seqno: u64,
+}
+
+impl Snapshot {
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        let key = key.as_ref();
+        check_key(key)?;
+        self.inner.view().get(key, self.seqno)
+    }
+
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
+        let (lo, hi) = (
+            owned_bound(range.start_bound()),
+            owned_bound(range.end_bound()),
+        );
+        Iter::new(self.inner.view(), self.seqno, lo, hi)
+    }
+
+    pub fn iter(&self) -> Iter {
+        Iter::new(
+            self.inner.view(),
+            self.seqno,
+            Bound::Unbounded,
+            Bound::Unbounded,
+        )
+    }
+
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter {
+        let (lo, hi) = prefix_bounds(prefix.as_ref());
+        Iter::new(self.inner.view(), self.seqno, lo, hi)
+    }
+
+    /// The seqno this snapshot reads at.
+    pub fn seqno(&self) -> u64 {
+        self.seqno
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        let mut snaps = self.inner.snapshots.lock();
+        if let Some(n) = snaps.get_mut(&self.seqno) {
+            *n -= 1;
+            if *n == 0 {
+                snaps.remove(&self.seqno);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("seqno", &self.seqno)
+            .finish()
+    }
+}

@@ -1,0 +1,138 @@
+//! Flush: a sealed memtable becomes a level-0 table.
+//!
+//! Steps (`flush_oldest`): write the table and fdatasync it, sync the
+//! directory, log an edit that adds the table and raises the journal floor
+//! past the memtable's journal, install the new version and drop the
+//! memtable, then delete the journal. A crash before the edit is synced
+//! leaves an orphan table (deleted on open) and the journal (replayed).
+
+use crate::db::Inner;
+use crate::error::{Error, Result};
+use crate::format::key;
+use crate::format::manifest::{Edit, TableRecord};
+use crate::format::table::{TableOptions, TableWriter};
+use crate::io::Fs;
+use crate::memtable::Memtable;
+use crate::version::files;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Writes `mem` as table `number` in `dir`. Returns its record at level 0
+/// and the highest seqno in it, or `None` for an empty memtable.
+pub(crate) fn write_table(
+    fs: &dyn Fs,
+    dir: &Path,
+    number: u64,
+    mem: &Memtable,
+    opts: &TableOptions,
+) -> Result<Option<(TableRecord, u64)>> {
+    if mem.is_empty() {
+        return Ok(None);
+    }
+    let path = files::table(dir, number);
+    let file = fs
+        .create(&path)
+        .map_err(|e| Error::io(format!("creating table {}", path.display()), e))?;
+    let mut writer = TableWriter::new(file, path, opts);
+    let mut max_seqno = 0;
+    mem.for_each(|ikey, value| {
+        if let Some((_, tag)) = key::split(ikey) {
+            max_seqno = max_seqno.max(key::tag_seqno(tag));
+        }
+        writer.add(ikey, value)
+    })?;
+    let summary = writer.finish()?;
+    let record = TableRecord {
+        level: 0,
+        number,
+        size: summary.file_size,
+        entries: summary.entries,
+        smallest: summary.smallest,
+        largest: summary.largest,
+    };
+    Ok(Some((record, max_seqno)))
+}
+
+/// The flush thread: flushes sealed memtables, oldest first, until shutdown.
+pub(crate) fn run(inner: &Inner) {
+    loop {
+        {
+            let mut bg = inner.bg.lock();
+            loop {
+                if bg.shutdown {
+                    return;
+                }
+                if bg.error.is_none() && !inner.state.read().sealed.is_empty() {
+                    break;
+                }
+                inner.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
+            }
+        }
+        if let Err(e) = flush_oldest(inner) {
+            inner.set_bg_error(e);
+        }
+        inner.notify_bg();
+    }
+}
+
+fn flush_oldest(inner: &Inner) -> Result<()> {
+    let (mem, floor) = {
+        let s = inner.state.read();
+        let Some(mem) = s.sealed.first().cloned() else {
+            return Ok(());
+        };
+        // The journal of the next memtable still unflushed after this one.
+        let floor = s.sealed.get(1).unwrap_or(&s.mem).journal();
+        (mem, floor)
+    };
+    let number = inner.new_file_number();
+    let written = write_table(&*inner.fs, &inner.dir, number, &mem, &inner.table_opts)?;
+    inner
+        .fs
+        .sync_dir(&inner.dir)
+        .map_err(|e| Error::io("syncing the database directory", e))?;
+    let mut edit = Edit {
+        journal: Some(floor),
+        ..Edit::default()
+    };
+    if let Some((record, max_seqno)) = written {
+        edit.added.push(record);
+        edit.last_seqno = Some(max_seqno);
+    }
+    inner.log_and_apply(edit, |state| {
+        debug_assert!(
+            state
+                .sealed
+                .first()
+                .is_some_and(|m| std::sync::Arc::ptr_eq(m, &mem))
+        );
+        state.sealed.remove(0);
+    })?;
+    inner.counters.flushes.fetch_add(1, Ordering::Relaxed);
+    // Failing to delete only leaves a file that the next open removes.
+    let _ = inner.fs.remove(&files::journal(&inner.dir, mem.journal()));
+    Ok(())
+}
+
+/// Seals the memtable if it holds anything, then waits until every sealed
+/// memtable is flushed or background work fails.
+pub(crate) fn flush_and_wait(inner: &Inner) -> Result<()> {
+    inner.check_writable()?;
+    if !inner.state.read().mem.is_empty() {
+        inner.seal_memtable()?;
+    }
+    let mut bg = inner.bg.lock();
+    loop {
+        if let Some(e) = &bg.error {
+            return Err(e.duplicate());
+        }
+        if bg.shutdown {
+            return Err(Error::Closed);
+        }
+        if inner.state.read().sealed.is_empty() {
+            return Ok(());
+        }
+        inner.bg_cv.wait_for(&mut bg, Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,106 @@
+//! The real file system through `std::fs` (pread via `FileExt`, fdatasync via
+//! `sync_data`, `flock` via `File::try_lock`).
+
+use super::{DirLock, FileRead, FileWrite, Fs};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The operating system's file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PosixFs;
+
+struct PosixWrite {
+    file: File,
+    len: u64,
+}
+
+impl FileWrite for PosixWrite {
+    fn append(&mut self, data: &[u8]) -> io::Result<()> {
+        self.file.write_all(data)?;
+        self.len += data.len() as u64;
+        Ok(())
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+struct PosixRead {
+    file: File,
+    len: u64,
+}
+
+impl FileRead for PosixRead {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+struct PosixLock {
+    _file: File,
+}
+impl DirLock for PosixLock {}
+
+impl Fs for PosixFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir_all(dir)
+    }
+    fn create(&self, path: &Path) -> io::Result<Box<dyn FileWrite>> {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        Ok(Box::new(PosixWrite { file, len: 0 }))
+    }
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        Ok(Arc::new(PosixRead { file, len }))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            if let Some(name) = entry?.file_name().to_str() {
+                names.push(name.to_owned());
+            }
+        }
+        Ok(names)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+    fn lock(&self, dir: &Path) -> io::Result<Box<dyn DirLock>> {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join("LOCK"))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Box::new(PosixLock { _file: file })),
+            Err(fs::TryLockError::WouldBlock) => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "database is locked by another handle",
+            )),
+            Err(fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! CairnDB: an embedded, crash-safe, ordered key-value store.
+//!
+//! ```
+//! # fn main() -> cairndb::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! use cairndb::{Db, Options, WriteBatch, WriteOptions};
+//! let db = Db::open(dir.path(), Options::default())?;
+//! db.put(b"apple", b"red")?;
+//! let mut batch = WriteBatch::new();
+//! batch.put(b"banana", b"yellow")?;
+//! batch.delete(b"apple")?;
+//! db.write(batch, &WriteOptions { sync: true })?;
+//! assert_eq!(db.get(b"banana")?.as_deref(), Some(&b"yellow"[..]));
+//! let keys: Vec<Vec<u8>> = db.iter().map(|kv| kv.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+//! assert_eq!(keys, vec![b"banana".to_vec()]);
+//! # Ok(()) }
+//! ```
+//!
+//! Map of the modules (docs/architecture.md explains each path):
+//! - `write/`: batches, group commit, journal append, memtable insert
+//! - `read/`: point lookup, cursors, merging, the user iterator
+//! - `recovery/`: open, manifest replay, journal replay
+//! - `flush/`, `compaction/`: memtable → table; leveled merging
+//! - `memtable/`, `version/`: the in-memory table; live table sets
+//! - `format/`: every on-disk byte (journal, table, manifest)
+//! - `io/`: the `Fs` trait, the POSIX and in-memory backends
+
+pub mod cache;
+mod compaction;
+mod db;
+pub mod error;
+mod flush;
+pub(crate) mod format;
+pub mod io;
+pub mod limits;
+mod memtable;
+mod options;
+mod read;
+mod recovery;
+mod version;
+mod write;
+
+pub use db::{Db, Snapshot, Stats};
+pub use error::{Error, Result};
+pub use options::{Options, WriteOptions};
+pub use read::iter::{Iter, KeyValue};
+pub use write::batch::WriteBatch;

@@ -1,0 +1,30 @@
+//! Every bound of the engine in one place. Relations between them are
+//! checked at compile time at the bottom of this file.
+
+/// Largest user key, in bytes. The empty key is a valid key.
+pub const KEY_LEN_MAX: usize = 64 * 1024;
+/// Largest value, in bytes.
+pub const VALUE_LEN_MAX: usize = 1 << 30;
+/// Largest number of operations in one `WriteBatch`.
+pub const BATCH_OPS_MAX: usize = 1 << 24;
+/// Largest encoded batch (one journal record), in bytes.
+pub const BATCH_BYTES_MAX: usize = 2 * VALUE_LEN_MAX;
+/// Largest group of batches the group-commit leader merges into one journal
+/// append (bytes); a group stops growing past this.
+pub const GROUP_BYTES_MAX: usize = 4 << 20;
+/// Number of levels in the tree (L0 .. L6).
+pub const LEVELS: usize = 7;
+/// Largest block a table may hold, in bytes (guards decoding of sizes read
+/// from disk before allocation).
+pub const BLOCK_LEN_MAX: usize = 2 * VALUE_LEN_MAX;
+/// Largest manifest record (one version edit), in bytes.
+pub const MANIFEST_RECORD_MAX: usize = 64 << 20;
+/// Manifest size after which it is rewritten as a fresh snapshot.
+pub const MANIFEST_BYTES_MAX: u64 = 64 << 20;
+/// Largest seqno; the top 8 bits of a tag hold the entry kind.
+pub const SEQNO_MAX: u64 = (1 << 56) - 1;
+
+const _: () = assert!(KEY_LEN_MAX <= u32::MAX as usize); // key lengths are stored as varint32
+const _: () = assert!(BATCH_BYTES_MAX <= u32::MAX as usize); // journal record lengths are u32
+const _: () = assert!(GROUP_BYTES_MAX < BATCH_BYTES_MAX); // a single batch may exceed a group
+const _: () = assert!(LEVELS >= 2); // L0 plus at least one sorted level

@@ -1,0 +1,128 @@
+//! Options for opening a database and for writes.
+
+use crate::io::{Fs, PosixFs};
+use std::sync::Arc;
+
+/// How a database is opened and tuned. `Options::default()` suits a
+/// general-purpose store with a 256 MiB memory budget.
+#[derive(Clone)]
+pub struct Options {
+    /// The file system under the database (default: the real one).
+    pub fs: Arc<dyn Fs>,
+    /// Create the directory and an empty database if missing (default true).
+    pub create_if_missing: bool,
+    /// Fail if a database already exists at the path (default false).
+    pub error_if_exists: bool,
+    /// Bytes a memtable may hold before it is sealed and flushed.
+    pub memtable_bytes: usize,
+    /// Sealed memtables allowed to wait for flushing before writers stall.
+    pub memtables_sealed_max: usize,
+    /// Bytes of decoded table blocks cached in memory (0 disables).
+    pub block_cache_bytes: usize,
+    /// Table files kept open at once (handles are opened lazily).
+    pub open_tables_max: usize,
+    /// Target uncompressed size of a table data block.
+    pub block_bytes: usize,
+    /// Keys between restart points in a data block.
+    pub block_restart_interval: usize,
+    /// Build a filter per table (BinaryFuse8; docs/filters.md).
+    pub filter: bool,
+    /// Target size of a table written by compaction.
+    pub table_bytes: u64,
+    /// Level 0 tables that start a compaction.
+    pub l0_compaction_trigger: usize,
+    /// Level 0 tables at which writers start being slowed.
+    pub l0_slowdown_trigger: usize,
+    /// Level 0 tables at which writers wait for compaction.
+    pub l0_stop_trigger: usize,
+    /// Size target of level 1; each deeper level is `level_multiplier`
+    /// times larger.
+    pub level1_bytes: u64,
+    pub level_multiplier: u64,
+    /// Run compactions in a background thread (default true). When false,
+    /// only `Db::compact` compacts: for tests that want a fixed shape.
+    pub background_compaction: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options::with_memory_budget(256 << 20)
+    }
+}
+
+impl Options {
+    /// Options whose memtables and block cache together stay within
+    /// `bytes`: a quarter per memtable (one active, up to two sealed would
+    /// be three quarters at worst, which is why the cache gets the
+    /// remaining quarter). Table indexes and filters are held by open
+    /// tables on top of this; `open_tables_max` bounds them.
+    pub fn with_memory_budget(bytes: usize) -> Self {
+        let memtable = (bytes / 4).max(64 << 10);
+        Options {
+            fs: Arc::new(PosixFs),
+            create_if_missing: true,
+            error_if_exists: false,
+            memtable_bytes: memtable,
+            memtables_sealed_max: 2,
+            block_cache_bytes: bytes / 4,
+            open_tables_max: 1000,
+            block_bytes: 4096,
+            block_restart_interval: 16,
+            filter: true,
+            table_bytes: 32 << 20,
+            l0_compaction_trigger: 4,
+            l0_slowdown_trigger: 8,
+            l0_stop_trigger: 12,
+            level1_bytes: 256 << 20,
+            level_multiplier: 10,
+            background_compaction: true,
+        }
+    }
+
+    /// Checks relations between options; `InvalidArgument` names the first
+    /// that does not hold.
+    pub(crate) fn validate(&self) -> crate::Result<()> {
+        let bad = |s: &str| Err(crate::Error::InvalidArgument(s.to_owned()));
+        if self.memtable_bytes == 0 {
+            return bad("memtable_bytes must be > 0");
+        }
+        if self.memtables_sealed_max == 0 {
+            return bad("memtables_sealed_max must be >= 1");
+        }
+        if self.block_bytes < 64 || self.block_bytes > (64 << 20) {
+            return bad("block_bytes must be in 64 B ..= 64 MiB");
+        }
+        if self.block_restart_interval == 0 {
+            return bad("block_restart_interval must be >= 1");
+        }
+        if self.open_tables_max == 0 {
+            return bad("open_tables_max must be >= 1");
+        }
+        if self.table_bytes == 0 || self.level1_bytes == 0 || self.level_multiplier < 2 {
+            return bad("table_bytes and level1_bytes must be > 0, level_multiplier >= 2");
+        }
+        if !(self.l0_compaction_trigger >= 1
+            && self.l0_compaction_trigger <= self.l0_slowdown_trigger
+            && self.l0_slowdown_trigger < self.l0_stop_trigger)
+        {
+            return bad("need 1 <= l0_compaction_trigger <= l0_slowdown_trigger < l0_stop_trigger");
+        }
+        Ok(())
+    }
+}
+
+/// Options for one write.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOptions {
+    /// `true`: the call returns after the write is durable on the device
+    /// (survives power loss). `false`: it survives a crash of the process,
+    /// not of the machine.
+    pub sync: bool,
+}
+
+impl WriteOptions {
+    /// Options for a synced write.
+    pub fn synced() -> Self {
+        WriteOptions { sync: true }
+    }
+}

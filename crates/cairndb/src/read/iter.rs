@@ -1,0 +1,262 @@
+//! The user-facing iterator: visibility by snapshot, newest version per key,
+//! tombstones hidden, bounds, and both directions.
+//!
+//! An [`Iter`] owns a [`ReadView`] and a snapshot seqno. `next` and
+//! `next_back` each drive their own merge cursor (built on first use); they
+//! stop when they meet, so the two ends together yield each key once.
+
+use super::ReadView;
+use super::cursor::{Cursor, Dir, LevelCursor, MemCursor, MergeCursor, table_cursor};
+use crate::Result;
+use crate::format::key::{self, Kind};
+use crate::limits::SEQNO_MAX;
+use std::ops::Bound;
+
+/// A key and its value, as yielded by iterators.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// A snapshot-consistent, double-ended iterator over a key range. Yields
+/// `Err` once (then ends) if a table cannot be read.
+///
+/// It needs no registered snapshot: the memtables it holds keep every
+/// version, and the version it holds keeps its table files from deletion.
+pub struct Iter {
+    view: ReadView,
+    snapshot: u64,
+    lower: Bound<Vec<u8>>,
+    upper: Bound<Vec<u8>>,
+    front: Option<Front>,
+    back: Option<Back>,
+    front_last: Option<Vec<u8>>,
+    back_last: Option<Vec<u8>>,
+    done: bool,
+}
+
+struct Front {
+    merge: MergeCursor,
+    skip: Option<Vec<u8>>,
+}
+
+struct Back {
+    merge: MergeCursor,
+    pending: Option<(Vec<u8>, u8, Vec<u8>)>,
+    exhausted: bool,
+}
+
+impl Iter {
+    pub(crate) fn new(
+        view: ReadView,
+        snapshot: u64,
+        lower: Bound<Vec<u8>>,
+        upper: Bound<Vec<u8>>,
+    ) -> Self {
+        Iter {
+            view,
+            snapshot,
+            lower,
+            upper,
+            front: None,
+            back: None,
+            front_last: None,
+            back_last: None,
+            done: false,
+        }
+    }
+
+    fn merge(&self, dir: Dir, start: Option<Vec<u8>>) -> Result<MergeCursor> {
+        let v = &self.view;
+        let mut children: Vec<Box<dyn Cursor>> = Vec::new();
+        for mem in std::iter::once(&v.mem).chain(v.sealed.iter()) {
+            children.push(Box::new(MemCursor::new(mem.clone(), dir, start.clone())));
+        }
+        for file in &v.version.levels[0] {
+            let table = v.tables.get(file)?;
+            children.push(Box::new(table_cursor(&table, dir, start.as_deref())));
+        }
+        for files in v.version.levels.iter().skip(1).filter(|l| !l.is_empty()) {
+            children.push(Box::new(LevelCursor::new(
+                files.clone(),
+                v.tables.clone(),
+                dir,
+                start.clone(),
+            )));
+        }
+        Ok(MergeCursor::new(children, dir))
+    }
+
+    fn past_upper(&self, user_key: &[u8]) -> bool {
+        match &self.upper {
+            Bound::Included(u) => user_key > u.as_slice(),
+            Bound::Excluded(u) => user_key >= u.as_slice(),
+            Bound::Unbounded => false,
+        }
+    }
+
+    fn below_lower(&self, user_key: &[u8]) -> bool {
+        match &self.lower {
+            Bound::Included(l) => user_key < l.as_slice(),
+            Bound::Excluded(l) => user_key <= l.as_slice(),
+            Bound::Unbounded => false,
+        }
+    }
+
+    fn step_front(&mut self) -> Result<Option<KeyValue>> {
+        if self.front.is_none() {
+            let (start, skip) = match &self.lower {
+                Bound::Included(k) => (Some(key::seek_key(k, self.snapshot)), None),
+                Bound::Excluded(k) => (Some(key::seek_key(k, self.snapshot)), Some(k.clone())),
+                Bound::Unbounded => (None, None),
+            };
+            let merge = self.merge(Dir::Forward, start)?;
+            self.front = Some(Front { merge, skip });
+        }
+        loop {
+            let Some(front) = self.front.as_mut() else {
+                return Ok(None);
+            };
+            if !front.merge.advance()? {
+                return Ok(None);
+            }
+            let Some((user, tag)) = key::split(front.merge.key()) else {
+                continue;
+            };
+            if key::tag_seqno(tag) > self.snapshot || front.skip.as_deref() == Some(user) {
+                continue;
+            }
+            let user = user.to_vec();
+            let value =
+                (key::tag_kind(tag) == Kind::Put as u8).then(|| front.merge.value().to_vec());
+            front.skip = Some(user.clone());
+            if self.past_upper(&user) {
+                return Ok(None);
+            }
+            if let Some(value) = value {
+                return Ok(Some((user, value)));
+            }
+        }
+    }
+
+    fn step_back(&mut self) -> Result<Option<KeyValue>> {
+        if self.back.is_none() {
+            let start = match &self.upper {
+                Bound::Included(k) => Some(key::encode(k, key::make_tag(0, 0))),
+                Bound::Excluded(k) => Some(key::seek_key(k, SEQNO_MAX)),
+                Bound::Unbounded => None,
+            };
+            let merge = self.merge(Dir::Backward, start)?;
+            self.back = Some(Back {
+                merge,
+                pending: None,
+                exhausted: false,
+            });
+        }
+        loop {
+            let Some(back) = self.back.as_mut() else {
+                return Ok(None);
+            };
+            let entry = if back.exhausted {
+                None
+            } else if back.merge.advance()? {
+                key::split(back.merge.key()).map(|(u, t)| (u.to_vec(), t))
+            } else {
+                back.exhausted = true;
+                None
+            };
+            let entry = match entry {
+                Some((user, _)) if self.below_lower(&user) => {
+                    if let Some(b) = self.back.as_mut() {
+                        b.exhausted = true;
+                    }
+                    None
+                }
+                other => other,
+            };
+            let Some(back) = self.back.as_mut() else {
+                return Ok(None);
+            };
+            match entry {
+                None => {
+                    return Ok(match back.pending.take() {
+                        Some((user, kind, value)) if kind == Kind::Put as u8 => Some((user, value)),
+                        _ => None,
+                    });
+                }
+                Some((user, tag)) => {
+                    if key::tag_seqno(tag) > self.snapshot {
+                        continue;
+                    }
+                    let newer = (user, key::tag_kind(tag), back.merge.value().to_vec());
+                    let same_key = back.pending.as_ref().is_some_and(|p| p.0 == newer.0);
+                    let finished = back.pending.replace(newer);
+                    if same_key {
+                        continue;
+                    }
+                    if let Some((user, kind, value)) = finished
+                        && kind == Kind::Put as u8
+                    {
+                        return Ok(Some((user, value)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for Iter {
+    type Item = Result<KeyValue>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.step_front() {
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+            Ok(Some((k, v))) if self.back_last.as_ref().is_none_or(|b| k < *b) => {
+                self.front_last = Some(k.clone());
+                Some(Ok((k, v)))
+            }
+            Ok(_) => {
+                self.done = true;
+                None
+            }
+        }
+    }
+}
+
+impl DoubleEndedIterator for Iter {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.step_back() {
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+            Ok(Some((k, v))) if self.front_last.as_ref().is_none_or(|f| k > *f) => {
+                self.back_last = Some(k.clone());
+                Some(Ok((k, v)))
+            }
+            Ok(_) => {
+                self.done = true;
+                None
+            }
+        }
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix`, or
+/// `None` if there is none (the prefix is empty or all 0xff).
+pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut s = prefix.to_vec();
+    while let Some(last) = s.pop() {
+        if last < 0xff {
+            s.push(last + 1);
+            return Some(s);
+        }
+    }
+    None
+}

@@ -1,0 +1,95 @@
+//! The read path: point lookups and iterators over a [`ReadView`].
+//!
+//! A lookup at snapshot `s` asks, in order, the active memtable, the sealed
+//! memtables (newest first), the level-0 tables (newest first) and one table
+//! per deeper level; the first that knows the key (a value or a tombstone
+//! with seqno <= `s`) answers. Tables are consulted through their filter
+//! first and opened lazily through the [`TableCache`].
+
+pub mod cursor;
+pub mod iter;
+
+use crate::cache::BlockCache;
+use crate::format::key::{self, Kind};
+use crate::format::table::Table;
+use crate::io::Fs;
+use crate::memtable::{Lookup, Memtable};
+use crate::version::{TableFile, Version, files};
+use crate::{Error, Result};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Open table handles, bounded by `Options::open_tables_max`; a table is
+/// opened (footer, index and filter read and verified) on first use.
+pub struct TableCache {
+    fs: Arc<dyn Fs>,
+    dir: PathBuf,
+    open: quick_cache::sync::Cache<u64, Arc<Table>>,
+    blocks: Option<Arc<BlockCache>>,
+}
+
+impl TableCache {
+    pub fn new(
+        fs: Arc<dyn Fs>,
+        dir: PathBuf,
+        capacity: usize,
+        blocks: Option<Arc<BlockCache>>,
+    ) -> Self {
+        TableCache {
+            fs,
+            dir,
+            open: quick_cache::sync::Cache::new(capacity.max(1)),
+            blocks,
+        }
+    }
+
+    pub fn get(&self, file: &TableFile) -> Result<Arc<Table>> {
+        self.open.get_or_insert_with(&file.number, || {
+            let path = files::table(&self.dir, file.number);
+            let handle = self
+                .fs
+                .open(&path)
+                .map_err(|e| Error::io(format!("opening table {}", path.display()), e))?;
+            Table::open(handle, path, file.number, self.blocks.clone()).map(Arc::new)
+        })
+    }
+
+    pub fn evict(&self, number: u64) {
+        self.open.remove(&number);
+    }
+}
+
+/// What one read sees: the memtables and the version at one instant.
+#[derive(Clone)]
+pub struct ReadView {
+    pub mem: Arc<Memtable>,
+    /// Sealed memtables, oldest first.
+    pub sealed: Vec<Arc<Memtable>>,
+    pub version: Arc<Version>,
+    pub tables: Arc<TableCache>,
+}
+
+impl ReadView {
+    /// The value of `user_key` at `snapshot`, or `None` if absent/deleted.
+    pub fn get(&self, user_key: &[u8], snapshot: u64) -> Result<Option<Vec<u8>>> {
+        for mem in std::iter::once(&self.mem).chain(self.sealed.iter().rev()) {
+            match mem.get(user_key, snapshot) {
+                Some(Lookup::Found(v)) => return Ok(Some(v)),
+                Some(Lookup::Deleted) => return Ok(None),
+                None => {}
+            }
+        }
+        let level0 = self.version.levels[0].iter().rev();
+        let deeper = (1..self.version.levels.len()).filter_map(|l| self.version.find(l, user_key));
+        for file in level0.filter(|f| f.covers(user_key)).chain(deeper) {
+            let table = self.tables.get(file)?;
+            if let Some((tag, value)) = table.get(user_key, snapshot)? {
+                return Ok(match Kind::from_u8(key::tag_kind(tag)) {
+                    Some(Kind::Put) => Some(value),
+                    _ => None,
+                });
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,355 @@
+//! Opening a database: lock, manifest replay, journal replay, clean-up.
+//!
+//! `open` in steps:
+//! 1. create the directory if allowed, take the lock;
+//! 2. read CURRENT and replay its manifest into a version (a torn last edit
+//!    was never acknowledged and is ignored; damage before an intact edit
+//!    is `Corruption`);
+//! 3. replay every journal at or above the manifest's journal floor, in
+//!    order, into a memtable, flushing it to a level-0 table whenever it
+//!    fills, so replay needs at most one memtable of memory;
+//! 4. flush what remains, start a new journal, and write a fresh manifest
+//!    describing the whole version (this also keeps the manifest short);
+//! 5. delete files no longer referenced: old journals and manifests,
+//!    tables left by an interrupted flush or compaction, temporary files.
+//!
+//! Torn-tail policy (docs/durability.md): only the newest journal may end
+//! in a torn record, because a journal is synced before the next one is
+//! started. A torn tail there is cut; a damaged record followed by an
+//! intact one, or a torn tail in an older journal, is `Corruption`.
+
+use crate::cache::BlockCache;
+use crate::db::{Bg, Counters, Inner, Journal, State};
+use crate::error::{Error, Result};
+use crate::format::batch as batch_codec;
+use crate::format::log::{self, RecordKind, Tail};
+use crate::format::manifest::{Edit, MANIFEST_FORMAT};
+use crate::format::table::TableOptions;
+use crate::io::{self, Fs};
+use crate::memtable::Memtable;
+use crate::options::Options;
+use crate::read::TableCache;
+use crate::version::apply::write_manifest;
+use crate::version::files::{self, FileKind};
+use crate::version::{Reaper, Version};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// What the manifest says.
+struct Recovered {
+    version: Version,
+    journal_floor: u64,
+    next_file: u64,
+    last_seqno: u64,
+}
+
+pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
+    opts.validate()?;
+    let fs = opts.fs.clone();
+    let dir = dir.to_path_buf();
+    if !fs.exists(&dir) && !opts.create_if_missing {
+        return Err(Error::InvalidArgument(format!(
+            "{} does not exist and create_if_missing is false",
+            dir.display()
+        )));
+    }
+    fs.create_dir_all(&dir)
+        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    let lock = fs
+        .lock(&dir)
+        .map_err(|e| Error::io(format!("locking {}", dir.display()), e))?;
+    let names = fs
+        .list(&dir)
+        .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    let kinds: Vec<FileKind> = names.iter().map(|n| files::parse(n)).collect();
+
+    let blocks = (opts.block_cache_bytes > 0)
+        .then(|| Arc::new(BlockCache::new(opts.block_cache_bytes as u64)));
+    let tables = Arc::new(TableCache::new(
+        fs.clone(),
+        dir.clone(),
+        opts.open_tables_max,
+        blocks.clone(),
+    ));
+    let evict_from = tables.clone();
+    let reaper = Arc::new(Reaper {
+        fs: fs.clone(),
+        dir: dir.clone(),
+        on_delete: Box::new(move |n| evict_from.evict(n)),
+    });
+    let table_opts = TableOptions {
+        block_size: opts.block_bytes,
+        restart_interval: opts.block_restart_interval,
+        filter: opts.filter,
+    };
+
+    let current = files::current(&dir);
+    let mut rec = if fs.exists(&current) {
+        if opts.error_if_exists {
+            return Err(Error::InvalidArgument(format!(
+                "a database exists at {} and error_if_exists is set",
+                dir.display()
+            )));
+        }
+        read_manifest(&*fs, &dir, &reaper)?
+    } else {
+        let has_data = kinds.iter().any(|k| {
+            matches!(
+                k,
+                FileKind::Manifest(_) | FileKind::Journal(_) | FileKind::Table(_)
+            )
+        });
+        if has_data {
+            return Err(Error::corruption(
+                current,
+                0,
+                "CURRENT is missing but the directory holds database files",
+            ));
+        }
+        Recovered {
+            version: Version::default(),
+            journal_floor: 0,
+            next_file: 1,
+            last_seqno: 0,
+        }
+    };
+    let max_seen = kinds
+        .iter()
+        .filter_map(|k| match k {
+            FileKind::Manifest(n) | FileKind::Journal(n) | FileKind::Table(n) => Some(*n),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let next_file = AtomicU64::new(rec.next_file.max(max_seen + 1));
+    let new_number = || next_file.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+
+    // Replay journals into memtables, flushing each full one to level 0.
+    let mut journals: Vec<u64> = kinds
+        .iter()
+        .filter_map(|k| match k {
+            FileKind::Journal(n) if *n >= rec.journal_floor => Some(*n),
+            _ => None,
+        })
+        .collect();
+    journals.sort_unstable();
+    let mut mem = Memtable::new(0);
+    let mut added = Edit::default();
+    for (i, &n) in journals.iter().enumerate() {
+        let newest = i + 1 == journals.len();
+        replay_journal(
+            &*fs,
+            &dir,
+            n,
+            newest,
+            &mut rec.last_seqno,
+            &mut mem,
+            &mut |mem| flush_during_open(&*fs, &dir, new_number(), mem, &table_opts, &mut added),
+            opts.memtable_bytes,
+        )?;
+    }
+    flush_during_open(&*fs, &dir, new_number(), &mut mem, &table_opts, &mut added)?;
+    if !added.added.is_empty() {
+        fs.sync_dir(&dir)
+            .map_err(|e| Error::io("syncing the database directory", e))?;
+        let (v, _) = rec
+            .version
+            .apply(&added, &reaper)
+            .map_err(|d| Error::corruption(&dir, 0, d))?;
+        rec.version = v;
+    }
+
+    // A fresh journal, then a fresh manifest naming it as the floor.
+    let journal_number = new_number();
+    let journal_path = files::journal(&dir, journal_number);
+    let journal_file = fs
+        .create(&journal_path)
+        .map_err(|e| Error::io(format!("creating {}", journal_path.display()), e))?;
+    let manifest_number = new_number();
+    let manifest = write_manifest(
+        &*fs,
+        &dir,
+        manifest_number,
+        &rec.version,
+        journal_number,
+        next_file.load(std::sync::atomic::Ordering::SeqCst),
+        rec.last_seqno,
+    )?;
+
+    // Everything the new manifest does not reference is garbage now.
+    let live: std::collections::HashSet<u64> = rec.version.numbers().collect();
+    for (name, kind) in names.iter().zip(&kinds) {
+        let garbage = match kind {
+            FileKind::Journal(n) => *n < journal_number,
+            FileKind::Manifest(n) => *n != manifest_number,
+            FileKind::Table(n) => !live.contains(n),
+            FileKind::Temp => true,
+            _ => false,
+        };
+        if garbage {
+            let _ = fs.remove(&dir.join(name));
+        }
+    }
+
+    Ok(Inner {
+        dir: dir.clone(),
+        fs: fs.clone(),
+        table_opts,
+        state: RwLock::new(State {
+            mem: Arc::new(Memtable::new(journal_number)),
+            sealed: Vec::new(),
+            version: Arc::new(rec.version),
+        }),
+        queue: Mutex::new(VecDeque::new()),
+        journal: Mutex::new(Journal {
+            file: Some(journal_file),
+            number: journal_number,
+        }),
+        manifest: Mutex::new(manifest),
+        compaction_lock: Mutex::new(()),
+        bg: Mutex::new(Bg::default()),
+        bg_cv: Condvar::new(),
+        last_seqno: AtomicU64::new(rec.last_seqno),
+        next_file,
+        snapshots: Mutex::new(BTreeMap::new()),
+        tables,
+        reaper,
+        counters: Counters::default(),
+        _lock: lock,
+        _blocks: blocks,
+        opts,
+    })
+}
+
+fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recovered> {
+    let current = files::current(dir);
+    let text = io::read_all(fs, &current).map_err(|e| Error::io("reading CURRENT", e))?;
+    let name = std::str::from_utf8(&text)
+        .ok()
+        .and_then(|s| s.strip_suffix('\n'))
+        .filter(|s| matches!(files::parse(s), FileKind::Manifest(_)))
+        .ok_or_else(|| Error::corruption(&current, 0, "CURRENT does not name a manifest"))?;
+    let path = dir.join(name);
+    let data = io::read_all(fs, &path)
+        .map_err(|e| Error::io(format!("reading manifest {}", path.display()), e))?;
+    let scan = log::scan(&data);
+    if let Tail::Damaged { offset } = scan.tail {
+        return Err(Error::corruption(&path, offset, "damaged manifest record"));
+    }
+    let mut rec = Recovered {
+        version: Version::default(),
+        journal_floor: 0,
+        next_file: 1,
+        last_seqno: 0,
+    };
+    for (i, (offset, kind, payload)) in scan.records.iter().enumerate() {
+        let bad = |d: String| Error::corruption(&path, *offset, d);
+        if *kind != RecordKind::Edit {
+            return Err(bad("manifest holds a non-edit record".into()));
+        }
+        let edit = Edit::decode(payload).map_err(bad)?;
+        if i == 0 && edit.format != Some(MANIFEST_FORMAT) {
+            return Err(bad(format!(
+                "unsupported manifest format {:?} (this build reads {MANIFEST_FORMAT})",
+                edit.format
+            )));
+        }
+        let (v, _) = rec.version.apply(&edit, reaper).map_err(bad)?;
+        rec.version = v;
+        if let Some(j) = edit.journal {
+            rec.journal_floor = rec.journal_floor.max(j);
+        }
+        if let Some(n) = edit.next_file {
+            rec.next_file = rec.next_file.max(n);
+        }
+        if let Some(s) = edit.last_seqno {
+            rec.last_seqno = rec.last_seqno.max(s);
+        }
+    }
+    if scan.records.is_empty() {
+        return Err(Error::corruption(&path, 0, "manifest holds no intact edit"));
+    }
+    rec.version
+        .check()
+        .map_err(|d| Error::corruption(&path, 0, d))?;
+    Ok(rec)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn replay_journal(
+    fs: &dyn Fs,
+    dir: &Path,
+    number: u64,
+    newest: bool,
+    last_seqno: &mut u64,
+    mem: &mut Memtable,
+    flush: &mut dyn FnMut(&mut Memtable) -> Result<()>,
+    memtable_bytes: usize,
+) -> Result<()> {
+    let path: PathBuf = files::journal(dir, number);
+    let data = io::read_all(fs, &path)
+        .map_err(|e| Error::io(format!("reading journal {}", path.display()), e))?;
+    let scan = log::scan(&data);
+    match scan.tail {
+        Tail::Clean => {}
+        Tail::Torn { .. } if newest => {}
+        Tail::Torn { offset } => {
+            return Err(Error::corruption(
+                &path,
+                offset,
+                "torn record in a journal that was synced before the next one started",
+            ));
+        }
+        Tail::Damaged { offset } => {
+            return Err(Error::corruption(
+                &path,
+                offset,
+                "damaged journal record followed by intact records",
+            ));
+        }
+    }
+    for (offset, kind, payload) in scan.records {
+        let bad = |d: String| Error::corruption(&path, offset, d);
+        if kind != RecordKind::Batch {
+            return Err(bad("journal holds a non-batch record".into()));
+        }
+        let batch = batch_codec::decode(payload).map_err(bad)?;
+        if batch.first_seqno <= *last_seqno && !batch.ops.is_empty() {
+            return Err(bad(format!(
+                "batch seqno {} does not follow {}",
+                batch.first_seqno, *last_seqno
+            )));
+        }
+        let mut seqno = batch.first_seqno;
+        for op in &batch.ops {
+            mem.insert(op.key, seqno, op.kind, op.value);
+            seqno += 1;
+        }
+        *last_seqno = (*last_seqno).max(seqno - 1);
+        if mem.approx_bytes() >= memtable_bytes {
+            flush(mem)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `mem` to a level-0 table (if non-empty), records it in `edit`,
+/// and empties `mem`.
+fn flush_during_open(
+    fs: &dyn Fs,
+    dir: &Path,
+    number: u64,
+    mem: &mut Memtable,
+    opts: &TableOptions,
+    edit: &mut Edit,
+) -> Result<()> {
+    if let Some((record, max_seqno)) = crate::flush::write_table(fs, dir, number, mem, opts)? {
+        edit.added.push(record);
+        edit.last_seqno = Some(edit.last_seqno.unwrap_or(0).max(max_seqno));
+    }
+    *mem = Memtable::new(0);
+    Ok(())
+}

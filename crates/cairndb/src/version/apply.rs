@@ -1,0 +1,108 @@
+//! Logging and installing version edits (the manifest writer side).
+
+use crate::db::{Inner, Manifest, State};
+use crate::error::{Error, Result};
+use crate::format::log::{RecordKind, encode_record};
+use crate::format::manifest::{Edit, MANIFEST_FORMAT};
+use crate::io::{self, Fs};
+use crate::limits::MANIFEST_BYTES_MAX;
+use crate::version::{Version, files};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Creates manifest `number` holding one edit that describes `version`
+/// whole, syncs it, and points CURRENT at it (durably). Returns the open
+/// manifest writer.
+pub(crate) fn write_manifest(
+    fs: &dyn Fs,
+    dir: &Path,
+    number: u64,
+    version: &Version,
+    journal_floor: u64,
+    next_file: u64,
+    last_seqno: u64,
+) -> Result<Manifest> {
+    let mut edit = version.snapshot_edit();
+    edit.format = Some(MANIFEST_FORMAT);
+    edit.journal = Some(journal_floor);
+    edit.next_file = Some(next_file);
+    edit.last_seqno = Some(last_seqno);
+    let mut rec = Vec::new();
+    encode_record(&mut rec, RecordKind::Edit, &edit.encode());
+    let name = files::manifest_name(number);
+    let path = dir.join(&name);
+    let ctx = |e| Error::io(format!("writing manifest {}", path.display()), e);
+    let mut file = fs.create(&path).map_err(ctx)?;
+    file.append(&rec).map_err(ctx)?;
+    file.sync().map_err(ctx)?;
+    io::write_file_durably(fs, &files::current(dir), format!("{name}\n").as_bytes())
+        .map_err(|e| Error::io("updating CURRENT", e))?;
+    Ok(Manifest {
+        file,
+        number,
+        journal_floor,
+        last_seqno,
+    })
+}
+
+impl Inner {
+    /// Logs `edit` to the manifest (synced), then installs the new version
+    /// and runs `install` on the state under the same write lock. Tables
+    /// the edit removes are marked obsolete and deleted when unreferenced.
+    /// A failed manifest write poisons the handle.
+    pub fn log_and_apply(&self, mut edit: Edit, install: impl FnOnce(&mut State)) -> Result<()> {
+        let mut m = self.manifest.lock();
+        edit.next_file = Some(self.next_file.load(std::sync::atomic::Ordering::SeqCst));
+        let base = self.state.read().version.clone();
+        let (version, removed) = base
+            .apply(&edit, &self.reaper)
+            .map_err(|d| Error::Poisoned(format!("internal: bad version edit: {d}")))?;
+        debug_assert_eq!(version.check(), Ok(()));
+        let mut rec = Vec::new();
+        encode_record(&mut rec, RecordKind::Edit, &edit.encode());
+        if let Err(e) = m.file.append(&rec).and_then(|()| m.file.sync()) {
+            self.poison("manifest write", &e);
+            return Err(Error::io("writing the manifest", e));
+        }
+        if let Some(j) = edit.journal {
+            m.journal_floor = m.journal_floor.max(j);
+        }
+        if let Some(s) = edit.last_seqno {
+            m.last_seqno = m.last_seqno.max(s);
+        }
+        {
+            let mut s = self.state.write();
+            s.version = Arc::new(version);
+            install(&mut s);
+        }
+        for f in removed {
+            f.mark_obsolete();
+        }
+        if m.file.len() > MANIFEST_BYTES_MAX {
+            self.rewrite_manifest(&mut m)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a fresh manifest holding the current version as one edit.
+    fn rewrite_manifest(&self, m: &mut Manifest) -> Result<()> {
+        let number = self.new_file_number();
+        let version = self.state.read().version.clone();
+        let next_file = self.next_file.load(std::sync::atomic::Ordering::SeqCst);
+        let fresh = write_manifest(
+            &*self.fs,
+            &self.dir,
+            number,
+            &version,
+            m.journal_floor,
+            next_file,
+            m.last_seqno,
+        )
+        .inspect_err(|e| self.set_bg_error(Error::Poisoned(format!("manifest rewrite: {e}"))))?;
+        let old = std::mem::replace(m, fresh);
+        let _ = self
+            .fs
+            .remove(&self.dir.join(files::manifest_name(old.number)));
+        Ok(())
+    }
+}

@@ -1,0 +1,61 @@
+//! Names of the files in a database directory (format.md §Directory).
+//!
+//! | name               | what                                   |
+//! |--------------------|----------------------------------------|
+//! | `CURRENT`          | the name of the live manifest, one line |
+//! | `MANIFEST-NNNNNN`  | version edits                           |
+//! | `NNNNNN.journal`   | write-ahead journal                     |
+//! | `NNNNNN.table`     | sorted table                            |
+//! | `LOCK`             | held by the open handle                 |
+//! | `*.tmp`            | a file being written; deleted on open   |
+//!
+//! All numbers come from one counter (`next_file` in the manifest).
+
+use std::path::{Path, PathBuf};
+
+pub fn current(dir: &Path) -> PathBuf {
+    dir.join("CURRENT")
+}
+pub fn manifest_name(n: u64) -> String {
+    format!("MANIFEST-{n:06}")
+}
+pub fn journal(dir: &Path, n: u64) -> PathBuf {
+    dir.join(format!("{n:06}.journal"))
+}
+pub fn table(dir: &Path, n: u64) -> PathBuf {
+    dir.join(format!("{n:06}.table"))
+}
+
+/// What a directory entry is, by name.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FileKind {
+    Current,
+    Manifest(u64),
+    Journal(u64),
+    Table(u64),
+    Temp,
+    Lock,
+    Other,
+}
+
+pub fn parse(name: &str) -> FileKind {
+    if name == "CURRENT" {
+        return FileKind::Current;
+    }
+    if name == "LOCK" {
+        return FileKind::Lock;
+    }
+    if name.ends_with(".tmp") {
+        return FileKind::Temp;
+    }
+    if let Some(n) = name.strip_prefix("MANIFEST-").and_then(|s| s.parse().ok()) {
+        return FileKind::Manifest(n);
+    }
+    if let Some(n) = name.strip_suffix(".journal").and_then(|s| s.parse().ok()) {
+        return FileKind::Journal(n);
+    }
+    if let Some(n) = name.strip_suffix(".table").and_then(|s| s.parse().ok()) {
+        return FileKind::Table(n);
+    }
+    FileKind::Other
+}

@@ -1,0 +1,112 @@
+//! `WriteBatch`: operations applied atomically, in order.
+
+use crate::format::batch as codec;
+use crate::format::key::Kind;
+use crate::limits::{BATCH_BYTES_MAX, BATCH_OPS_MAX, KEY_LEN_MAX, VALUE_LEN_MAX};
+use crate::{Error, Result};
+
+/// Puts and deletes applied atomically by `Db::write`: after any crash
+/// either all of them are visible or none. Later operations on the same key
+/// win. Limits are checked as operations are added, so a batch that was
+/// built without error can always be written.
+#[derive(Clone)]
+pub struct WriteBatch {
+    pub(crate) rep: Vec<u8>,
+    count: u32,
+}
+
+impl Default for WriteBatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for WriteBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteBatch")
+            .field("ops", &self.count)
+            .field("bytes", &self.rep.len())
+            .finish()
+    }
+}
+
+pub(crate) fn check_key(key: &[u8]) -> Result<()> {
+    if key.len() > KEY_LEN_MAX {
+        return Err(Error::LimitExceeded {
+            what: "key length",
+            actual: key.len() as u64,
+            max: KEY_LEN_MAX as u64,
+        });
+    }
+    Ok(())
+}
+
+impl WriteBatch {
+    pub fn new() -> Self {
+        WriteBatch {
+            rep: codec::new_payload(),
+            count: 0,
+        }
+    }
+
+    /// Adds a put. Fails with `LimitExceeded` if the key, the value or the
+    /// batch would exceed its limit (`cairndb::limits`); the batch is then
+    /// unchanged.
+    pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let (key, value) = (key.as_ref(), value.as_ref());
+        if value.len() > VALUE_LEN_MAX {
+            return Err(Error::LimitExceeded {
+                what: "value length",
+                actual: value.len() as u64,
+                max: VALUE_LEN_MAX as u64,
+            });
+        }
+        self.push(Kind::Put, key, value)
+    }
+
+    /// Adds a delete (a no-op for a missing key).
+    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.push(Kind::Delete, key.as_ref(), &[])
+    }
+
+    fn push(&mut self, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
+        check_key(key)?;
+        if self.count as usize >= BATCH_OPS_MAX {
+            return Err(Error::LimitExceeded {
+                what: "operations in a batch",
+                actual: self.count as u64 + 1,
+                max: BATCH_OPS_MAX as u64,
+            });
+        }
+        let grown = self.rep.len() + key.len() + value.len() + 21;
+        if grown > BATCH_BYTES_MAX {
+            return Err(Error::LimitExceeded {
+                what: "batch bytes",
+                actual: grown as u64,
+                max: BATCH_BYTES_MAX as u64,
+            });
+        }
+        codec::push_op(&mut self.rep, kind, key, value);
+        self.count += 1;
+        codec::set_count(&mut self.rep, self.count);
+        Ok(())
+    }
+
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Encoded size in bytes (what the journal will hold, less framing).
+    pub fn size_bytes(&self) -> usize {
+        self.rep.len()
+    }
+
+    pub fn clear(&mut self) {
+        *self = WriteBatch::new();
+    }
+}

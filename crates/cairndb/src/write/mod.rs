@@ -1,0 +1,248 @@
+//! The write path: group commit, journal append, memtable insert.
+//!
+//! `Inner::write` in steps:
+//! 1. queue the batch; wait until it is first in the queue or another
+//!    writer (the leader) has committed it;
+//! 2. as leader, make room: pace or stall while compaction is behind, seal
+//!    a full memtable and start a new journal;
+//! 3. take a group of queued batches (up to `GROUP_BYTES_MAX`), give them
+//!    consecutive seqnos, append them to the journal in one write, and
+//!    fdatasync once if any member asked for sync;
+//! 4. insert the group into the memtable and publish the last seqno;
+//! 5. hand each member its result and wake the next leader.
+//!
+//! A failed journal append or sync poisons the handle: the journal's tail
+//! is then unknown, and appending after it could put acknowledged batches
+//! behind garbage, where recovery would not reach them.
+
+pub mod batch;
+
+use crate::db::Inner;
+use crate::error::{Error, Result};
+use crate::format::batch as codec;
+use crate::format::log::{RecordKind, encode_record};
+use crate::limits::{GROUP_BYTES_MAX, SEQNO_MAX};
+use crate::memtable::Memtable;
+use crate::options::WriteOptions;
+use crate::version::files;
+use batch::WriteBatch;
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// A batch waiting in the group-commit queue.
+pub(crate) struct Pending {
+    rep: Vec<u8>,
+    count: u32,
+    sync: bool,
+    /// Set by the leader that committed this batch (under the queue lock).
+    result: Mutex<Option<Result<()>>>,
+    cv: Condvar,
+}
+
+/// Longest pause a writer takes per group while compaction is behind.
+const PACE_MAX: Duration = Duration::from_millis(4);
+/// Longest single wait of a stalled writer before it re-checks state.
+const STALL_WAIT: Duration = Duration::from_millis(10);
+
+fn dup(r: &Result<()>) -> Result<()> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) => Err(e.duplicate()),
+    }
+}
+
+impl Inner {
+    pub fn write(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
+        let count = batch.len() as u32;
+        let me = Arc::new(Pending {
+            rep: batch.rep,
+            count,
+            sync: opts.sync,
+            result: Mutex::new(None),
+            cv: Condvar::new(),
+        });
+        let mut queue = self.queue.lock();
+        queue.push_back(me.clone());
+        loop {
+            if let Some(r) = me.result.lock().take() {
+                return r;
+            }
+            if queue.front().is_some_and(|f| Arc::ptr_eq(f, &me)) {
+                break;
+            }
+            me.cv.wait(&mut queue);
+        }
+        drop(queue);
+
+        let room = self.make_room();
+        let group: Vec<Arc<Pending>> = match room {
+            Ok(()) => {
+                let queue = self.queue.lock();
+                let mut bytes = 0usize;
+                queue
+                    .iter()
+                    .take_while(|p| {
+                        bytes += p.rep.len();
+                        bytes <= GROUP_BYTES_MAX || Arc::ptr_eq(p, &me)
+                    })
+                    .cloned()
+                    .collect()
+            }
+            Err(_) => vec![me.clone()],
+        };
+        let result = room.and_then(|()| self.commit_group(&group));
+
+        let mut queue = self.queue.lock();
+        for p in &group {
+            let front = queue.pop_front();
+            debug_assert!(front.is_some_and(|f| Arc::ptr_eq(&f, p)));
+            if !Arc::ptr_eq(p, &me) {
+                *p.result.lock() = Some(dup(&result));
+                p.cv.notify_one();
+            }
+        }
+        if let Some(next) = queue.front() {
+            next.cv.notify_one();
+        }
+        result
+    }
+
+    /// Appends the group to the journal, syncs if asked, inserts into the
+    /// memtable and publishes the seqnos. Leader only.
+    fn commit_group(&self, group: &[Arc<Pending>]) -> Result<()> {
+        let mut journal = self.journal.lock();
+        let Some(file) = journal.file.as_mut() else {
+            return Err(Error::Closed);
+        };
+        let first = self.last_seqno.load(Ordering::Acquire) + 1;
+        let mut next = first;
+        let mut buf = Vec::with_capacity(group.iter().map(|p| p.rep.len() + 16).sum());
+        let mut rep = Vec::new();
+        for p in group.iter().filter(|p| p.count > 0) {
+            rep.clear();
+            rep.extend_from_slice(&p.rep);
+            codec::set_seqno(&mut rep, next);
+            encode_record(&mut buf, RecordKind::Batch, &rep);
+            next += u64::from(p.count);
+        }
+        if next - 1 > SEQNO_MAX {
+            return Err(Error::LimitExceeded {
+                what: "seqno",
+                actual: next - 1,
+                max: SEQNO_MAX,
+            });
+        }
+        if !buf.is_empty()
+            && let Err(e) = file.append(&buf)
+        {
+            self.poison("journal append", &e);
+            return Err(Error::io("appending to the journal", e));
+        }
+        if group.iter().any(|p| p.sync)
+            && let Err(e) = file.sync()
+        {
+            self.poison("journal sync", &e);
+            return Err(Error::io("syncing the journal", e));
+        }
+        let mem = self.state.read().mem.clone();
+        let mut seqno = first;
+        for p in group.iter().filter(|p| p.count > 0) {
+            let decoded = codec::decode(&p.rep).map_err(Error::InvalidArgument)?;
+            for op in decoded.ops {
+                mem.insert(op.key, seqno, op.kind, op.value);
+                seqno += 1;
+            }
+        }
+        debug_assert_eq!(seqno, next);
+        self.last_seqno.store(next - 1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Ensures the memtable has room, pacing writers in proportion to
+    /// compaction debt and stalling only at the hard limits. Never waits
+    /// without a timeout, and gives up on background errors and shutdown,
+    /// so a stall cannot deadlock.
+    fn make_room(&self) -> Result<()> {
+        let mut paced = false;
+        loop {
+            self.check_writable()?;
+            // Without a compaction thread nothing would relieve level 0, so
+            // pacing and the level-0 stop apply only when one runs.
+            let background = self.opts.background_compaction;
+            let (mem_bytes, sealed, pressure, l0) = {
+                let s = self.state.read();
+                (
+                    s.mem.approx_bytes(),
+                    s.sealed.len(),
+                    crate::compaction::write_pressure(&s.version, &self.opts),
+                    s.version.levels[0].len(),
+                )
+            };
+            let (pressure, l0) = if background { (pressure, l0) } else { (0.0, 0) };
+            if !paced && pressure > 0.0 {
+                paced = true;
+                let pause = PACE_MAX.mul_f64(pressure.min(1.0));
+                std::thread::sleep(pause);
+                self.counters
+                    .slowdown_micros
+                    .fetch_add(pause.as_micros() as u64, Ordering::Relaxed);
+                continue;
+            }
+            let must_wait = l0 >= self.opts.l0_stop_trigger
+                || (mem_bytes >= self.opts.memtable_bytes
+                    && sealed >= self.opts.memtables_sealed_max);
+            if must_wait {
+                self.stall();
+                continue;
+            }
+            if mem_bytes < self.opts.memtable_bytes {
+                return Ok(());
+            }
+            self.seal_memtable()?;
+        }
+    }
+
+    fn stall(&self) {
+        let start = Instant::now();
+        let mut bg = self.bg.lock();
+        if bg.error.is_none() && !bg.shutdown {
+            self.bg_cv.wait_for(&mut bg, STALL_WAIT);
+        }
+        self.counters
+            .stall_micros
+            .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Seals the active memtable and starts a new journal. The old journal
+    /// is synced first: from here on only the newest journal may have a
+    /// torn tail, which is what recovery assumes.
+    pub fn seal_memtable(&self) -> Result<()> {
+        let mut journal = self.journal.lock();
+        let Some(file) = journal.file.as_mut() else {
+            return Err(Error::Closed);
+        };
+        if let Err(e) = file.sync() {
+            self.poison("journal sync", &e);
+            return Err(Error::io("syncing the journal", e));
+        }
+        let number = self.new_file_number();
+        let path = files::journal(&self.dir, number);
+        let new_file = self
+            .fs
+            .create(&path)
+            .and_then(|f| self.fs.sync_dir(&self.dir).map(|()| f))
+            .map_err(|e| Error::io(format!("creating journal {}", path.display()), e))?;
+        journal.file = Some(new_file);
+        journal.number = number;
+        {
+            let mut s = self.state.write();
+            let old = std::mem::replace(&mut s.mem, Arc::new(Memtable::new(number)));
+            s.sealed.push(old);
+        }
+        drop(journal);
+        self.notify_bg();
+        Ok(())
+    }
+}
