@@ -1,1 +1,238 @@
-fn main() {}
+//! `cairn`: the CairnDB command-line tool.
+//!
+//! `cairn demo` loads, reads and scans a database in a scratch directory and
+//! prints what it did and how fast; the full benchmark tool (`cairn bench`)
+//! is its own piece of work.
+
+use cairndb::{Db, Options, WriteBatch, WriteOptions};
+use clap::{Parser, Subcommand};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(name = "cairn", version, about = "CairnDB command-line tool")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Load, read back, scan and recover a database in a scratch directory.
+    Demo(DemoArgs),
+    /// (internal) fill a database without closing it, then wait to be killed.
+    #[command(hide = true)]
+    FillAndWait {
+        dir: PathBuf,
+        keys: u64,
+    },
+}
+
+#[derive(clap::Args)]
+struct DemoArgs {
+    /// Number of keys (16-byte keys, 100-byte values).
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Database directory (default: a fresh directory under the system
+    /// temp dir, removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Keep the database directory afterwards.
+    #[arg(long)]
+    keep: bool,
+    /// Seed for the key order.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+const VALUE_LEN: usize = 100;
+
+fn key_of(i: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k.copy_from_slice(format!("{i:016}").as_bytes());
+    k
+}
+
+/// A value derived from the key index, so every read can be verified.
+fn value_of(i: u64) -> [u8; VALUE_LEN] {
+    let mut v = [0u8; VALUE_LEN];
+    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xdead_beef;
+    for chunk in v.chunks_mut(8) {
+        x ^= x >> 31;
+        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    v
+}
+
+fn rate(n: u64, d: Duration) -> String {
+    format!("{:>10.0} ops/s", n as f64 / d.as_secs_f64().max(1e-9))
+}
+
+struct Scratch {
+    path: PathBuf,
+    remove: bool,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let scratch = match &args.dir {
+        Some(d) => Scratch {
+            path: d.clone(),
+            remove: false,
+        },
+        None => Scratch {
+            path: std::env::temp_dir().join(format!("cairn-demo-{}", std::process::id())),
+            remove: !args.keep,
+        },
+    };
+    let dir = scratch.path.join("db");
+    let n = args.keys;
+    println!("cairn demo: {n} keys (16-byte keys, {VALUE_LEN}-byte values) in {}", dir.display());
+
+    let mut order: Vec<u64> = (0..n).collect();
+    order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(args.seed));
+
+    let db = Db::open(&dir, Options::default())?;
+    let t = Instant::now();
+    for &i in &order {
+        db.put(key_of(i), value_of(i))?;
+    }
+    let fill = t.elapsed();
+    println!("fillrandom   {} ({n} puts, unsynced, {:.2?})", rate(n, fill), fill);
+
+    order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(args.seed + 1));
+    let t = Instant::now();
+    let mut wrong = 0u64;
+    for &i in &order {
+        if db.get(key_of(i))?.as_deref() != Some(&value_of(i)[..]) {
+            wrong += 1;
+        }
+    }
+    let read = t.elapsed();
+    println!("readrandom   {} ({n} gets from memtable and tables, {:.2?})", rate(n, read), read);
+
+    let t = Instant::now();
+    let mut count = 0u64;
+    for kv in db.iter() {
+        let (k, v) = kv?;
+        if k[..] != key_of(count)[..] || v[..] != value_of(count)[..] {
+            wrong += 1;
+        }
+        count += 1;
+    }
+    let scan = t.elapsed();
+    println!("readseq      {} (full scan, {count} keys, {:.2?})", rate(count, scan), scan);
+
+    let t = Instant::now();
+    let mut rcount = 0u64;
+    for kv in db.iter().rev() {
+        let (k, _) = kv?;
+        rcount += 1;
+        if k[..] != key_of(n - rcount)[..] {
+            wrong += 1;
+        }
+    }
+    let rscan = t.elapsed();
+    println!("readreverse  {} (reverse scan, {rcount} keys, {:.2?})", rate(rcount, rscan), rscan);
+
+    let t = Instant::now();
+    let mut synced = 0u64;
+    while t.elapsed() < Duration::from_secs(2) && synced < 10_000 {
+        let mut b = WriteBatch::new();
+        b.put(key_of(synced % n.max(1)), value_of(synced % n.max(1)))?;
+        db.write(b, &WriteOptions::synced())?;
+        synced += 1;
+    }
+    let sync_time = t.elapsed();
+    println!("fillsync     {} (synced single-key batches, {synced} writes)", rate(synced, sync_time));
+
+    let t = Instant::now();
+    db.compact()?;
+    println!("compact      {:.2?} (full compaction)", t.elapsed());
+    let stats = db.stats();
+    println!(
+        "shape        tables per level {:?}, bytes per level {:?}",
+        stats.tables_per_level, stats.bytes_per_level
+    );
+    db.close()?;
+
+    let open_after_kill = kill_and_reopen(&scratch.path.join("killed"), n.min(300_000))?;
+    println!(
+        "recovery     {:.2?} to open after kill -9 with a full memtable ({} keys unflushed)",
+        open_after_kill.0, open_after_kill.1
+    );
+
+    if wrong > 0 || count != n || rcount != n {
+        return Err(format!("verification FAILED: {wrong} wrong values, {count}/{rcount} of {n} keys scanned").into());
+    }
+    println!("verified     every value read and scanned matched what was written");
+    Ok(())
+}
+
+/// Fills a database in a child process that is then SIGKILLed with its
+/// memtable full and unflushed; returns the time to reopen it and the
+/// number of keys the child acknowledged.
+fn kill_and_reopen(dir: &Path, keys: u64) -> Result<(Duration, u64), Box<dyn std::error::Error>> {
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .arg("fill-and-wait")
+        .arg(dir)
+        .arg(keys.to_string())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no child stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    child.kill()?;
+    child.wait()?;
+    let acked: u64 = line.trim().strip_prefix("filled ").ok_or("child failed")?.parse()?;
+    let t = Instant::now();
+    let db = Db::open(dir, Options::default())?;
+    let took = t.elapsed();
+    for i in (0..acked).step_by(997) {
+        if db.get(key_of(i))?.as_deref() != Some(&value_of(i)[..]) {
+            return Err(format!("key {i} acknowledged before the kill is missing").into());
+        }
+    }
+    db.close()?;
+    Ok((took, acked))
+}
+
+fn fill_and_wait(dir: &Path, keys: u64) -> Result<(), Box<dyn std::error::Error>> {
+    let db = Db::open(dir, Options::default())?;
+    for i in 0..keys {
+        db.put(key_of(i), value_of(i))?;
+    }
+    let mut out = std::io::stdout();
+    writeln!(out, "filled {keys}")?;
+    out.flush()?;
+    std::thread::sleep(Duration::from_secs(60));
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Cmd::Demo(a) => demo(a),
+        Cmd::FillAndWait { dir, keys } => fill_and_wait(&dir, keys),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cairn: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
