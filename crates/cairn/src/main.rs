@@ -6,8 +6,8 @@
 
 use cairndb::{Db, Options, WriteBatch, WriteOptions};
 use clap::{Parser, Subcommand};
-use rand::seq::SliceRandom;
 use rand::SeedableRng;
+use rand::seq::SliceRandom;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -26,10 +26,7 @@ enum Cmd {
     Demo(DemoArgs),
     /// (internal) fill a database without closing it, then wait to be killed.
     #[command(hide = true)]
-    FillAndWait {
-        dir: PathBuf,
-        keys: u64,
-    },
+    FillAndWait { dir: PathBuf, keys: u64 },
 }
 
 #[derive(clap::Args)]
@@ -99,7 +96,10 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let dir = scratch.path.join("db");
     let n = args.keys;
-    println!("cairn demo: {n} keys (16-byte keys, {VALUE_LEN}-byte values) in {}", dir.display());
+    println!(
+        "cairn demo: {n} keys (16-byte keys, {VALUE_LEN}-byte values) in {}",
+        dir.display()
+    );
 
     let mut order: Vec<u64> = (0..n).collect();
     order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(args.seed));
@@ -110,7 +110,11 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
         db.put(key_of(i), value_of(i))?;
     }
     let fill = t.elapsed();
-    println!("fillrandom   {} ({n} puts, unsynced, {:.2?})", rate(n, fill), fill);
+    println!(
+        "fillrandom   {} ({n} puts, unsynced, {:.2?})",
+        rate(n, fill),
+        fill
+    );
 
     order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(args.seed + 1));
     let t = Instant::now();
@@ -121,7 +125,11 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let read = t.elapsed();
-    println!("readrandom   {} ({n} gets from memtable and tables, {:.2?})", rate(n, read), read);
+    println!(
+        "readrandom   {} ({n} gets from memtable and tables, {:.2?})",
+        rate(n, read),
+        read
+    );
 
     let t = Instant::now();
     let mut count = 0u64;
@@ -133,7 +141,11 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
         count += 1;
     }
     let scan = t.elapsed();
-    println!("readseq      {} (full scan, {count} keys, {:.2?})", rate(count, scan), scan);
+    println!(
+        "readseq      {} (full scan, {count} keys, {:.2?})",
+        rate(count, scan),
+        scan
+    );
 
     let t = Instant::now();
     let mut rcount = 0u64;
@@ -145,7 +157,11 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let rscan = t.elapsed();
-    println!("readreverse  {} (reverse scan, {rcount} keys, {:.2?})", rate(rcount, rscan), rscan);
+    println!(
+        "readreverse  {} (reverse scan, {rcount} keys, {:.2?})",
+        rate(rcount, rscan),
+        rscan
+    );
 
     let t = Instant::now();
     let mut synced = 0u64;
@@ -156,7 +172,10 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
         synced += 1;
     }
     let sync_time = t.elapsed();
-    println!("fillsync     {} (synced single-key batches, {synced} writes)", rate(synced, sync_time));
+    println!(
+        "fillsync     {} (synced single-key batches, {synced} writes)",
+        rate(synced, sync_time)
+    );
 
     let t = Instant::now();
     db.compact()?;
@@ -175,7 +194,10 @@ fn demo(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
     );
 
     if wrong > 0 || count != n || rcount != n {
-        return Err(format!("verification FAILED: {wrong} wrong values, {count}/{rcount} of {n} keys scanned").into());
+        return Err(format!(
+            "verification FAILED: {wrong} wrong values, {count}/{rcount} of {n} keys scanned"
+        )
+        .into());
     }
     println!("verified     every value read and scanned matched what was written");
     Ok(())
@@ -197,7 +219,11 @@ fn kill_and_reopen(dir: &Path, keys: u64) -> Result<(Duration, u64), Box<dyn std
     BufReader::new(stdout).read_line(&mut line)?;
     child.kill()?;
     child.wait()?;
-    let acked: u64 = line.trim().strip_prefix("filled ").ok_or("child failed")?.parse()?;
+    let acked: u64 = line
+        .trim()
+        .strip_prefix("filled ")
+        .ok_or("child failed")?
+        .parse()?;
     let t = Instant::now();
     let db = Db::open(dir, Options::default())?;
     let took = t.elapsed();

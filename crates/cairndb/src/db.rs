@@ -94,7 +94,7 @@ pub(crate) struct Inner {
     pub reaper: Arc<Reaper>,
     pub counters: Counters,
     pub _lock: Box<dyn DirLock>,
-    pub _blocks: Option<Arc<BlockCache>>,
+    pub blocks: Option<Arc<BlockCache>>,
 }
 
 impl Inner {
@@ -357,7 +357,11 @@ impl Db {
     pub fn stats(&self) -> Stats {
         let inner = self.inner();
         let view = inner.view();
+        let (open_tables, table_memory_bytes) = inner.tables.memory();
         Stats {
+            open_tables,
+            table_memory_bytes,
+            block_cache_bytes: inner.blocks.as_ref().map_or(0, |b| b.weight()),
             tables_per_level: view.version.levels.iter().map(Vec::len).collect(),
             bytes_per_level: (0..view.version.levels.len())
                 .map(|l| view.version.level_bytes(l))
@@ -386,6 +390,12 @@ pub struct Stats {
     pub bytes_per_level: Vec<u64>,
     pub memtable_bytes: usize,
     pub sealed_memtables: usize,
+    /// Tables whose handles are open, and the bytes of their indexes and
+    /// filters (held outside the block cache).
+    pub open_tables: usize,
+    pub table_memory_bytes: usize,
+    /// Bytes of blocks in the block cache.
+    pub block_cache_bytes: u64,
     pub last_seqno: u64,
     pub flushes: u64,
     pub compactions: u64,

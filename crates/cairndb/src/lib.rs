@@ -45,3 +45,8 @@ pub use error::{Error, Result};
 pub use options::{Options, WriteOptions};
 pub use read::iter::{Iter, KeyValue};
 pub use write::batch::WriteBatch;
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

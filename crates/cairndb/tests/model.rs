@@ -14,8 +14,10 @@ use std::sync::Arc;
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn options_case(case: usize, fs: &MemFs) -> Options {
-    let mut o = Options::default();
-    o.fs = Arc::new(fs.clone());
+    let mut o = Options {
+        fs: Arc::new(fs.clone()),
+        ..Options::default()
+    };
     match case % 3 {
         // tiny memtable and tables: many flushes and compactions
         0 => {
@@ -211,7 +213,7 @@ fn run(seed: u64, case: usize, ops: usize) {
     // The workload must have reached the shapes it is meant to test.
     let tables: usize = stats.tables_per_level.iter().sum();
     assert!(tables > 0, "{ctx}: nothing was ever flushed: {stats:?}");
-    if case % 3 == 0 {
+    if case.is_multiple_of(3) {
         let deeper: usize = stats.tables_per_level[1..].iter().sum();
         assert!(deeper > 0, "{ctx}: nothing was ever compacted: {stats:?}");
     }
@@ -236,10 +238,12 @@ fn model_many_seeds() {
 fn model_on_real_files() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut rng = StdRng::seed_from_u64(7);
-    let mut o = Options::default();
-    o.memtable_bytes = 16 << 10;
-    o.table_bytes = 8 << 10;
-    o.level1_bytes = 32 << 10;
+    let o = Options {
+        memtable_bytes: 16 << 10,
+        table_bytes: 8 << 10,
+        level1_bytes: 32 << 10,
+        ..Options::default()
+    };
     let mut db = Db::open(tmp.path(), o.clone()).expect("open");
     let mut model = Model::new();
     for i in 0..6000 {

@@ -29,13 +29,6 @@ pub fn push_op(rep: &mut Vec<u8>, kind: Kind, key: &[u8], value: &[u8]) {
     }
 }
 
-pub fn count(rep: &[u8]) -> u32 {
-    rep.get(8..12)
-        .and_then(|b| b.try_into().ok())
-        .map(u32::from_le_bytes)
-        .unwrap_or(0)
-}
-
 pub fn set_count(rep: &mut [u8], n: u32) {
     if let Some(b) = rep.get_mut(8..12) {
         b.copy_from_slice(&n.to_le_bytes());

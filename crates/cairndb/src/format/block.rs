@@ -98,15 +98,6 @@ impl BlockBuilder {
         self.entries == 0
     }
 
-    pub fn entries(&self) -> usize {
-        self.entries
-    }
-
-    /// The last key added (empty if none).
-    pub fn last_key(&self) -> &[u8] {
-        &self.last_key
-    }
-
     /// Appends the restart array and returns the block bytes; the builder
     /// is reset for the next block.
     pub fn finish(&mut self) -> Vec<u8> {

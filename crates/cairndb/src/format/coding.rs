@@ -11,6 +11,7 @@ pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// Bytes `put_varint(v)` would append.
+#[cfg(test)]
 pub fn varint_len(mut v: u64) -> usize {
     let mut n = 1;
     while v >= 0x80 {

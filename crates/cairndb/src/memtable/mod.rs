@@ -80,10 +80,6 @@ impl Memtable {
         self.map.is_empty()
     }
 
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
     /// The newest version of `user_key` with seqno <= `snapshot`, if any.
     pub fn get(&self, user_key: &[u8], snapshot: u64) -> Option<Lookup> {
         let seek = IKey(key::seek_key(user_key, snapshot).into_boxed_slice());
@@ -131,6 +127,7 @@ impl Memtable {
     }
 
     /// Highest seqno stored, if any.
+    #[cfg(test)]
     pub fn max_seqno(&self) -> Option<u64> {
         self.map
             .iter()

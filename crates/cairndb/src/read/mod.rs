@@ -54,6 +54,12 @@ impl TableCache {
         })
     }
 
+    /// Open tables and the bytes their indexes and filters hold.
+    pub fn memory(&self) -> (usize, usize) {
+        let bytes = self.open.iter().map(|(_, t)| t.memory_bytes()).sum();
+        (self.open.len(), bytes)
+    }
+
     pub fn evict(&self, number: u64) {
         self.open.remove(&number);
     }

@@ -219,7 +219,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         reaper,
         counters: Counters::default(),
         _lock: lock,
-        _blocks: blocks,
+        blocks,
         opts,
     })
 }
