@@ -40,6 +40,9 @@ pub(crate) struct State {
     /// Sealed memtables waiting for flush, oldest first.
     pub sealed: Vec<Arc<Memtable>>,
     pub version: Arc<Version>,
+    /// `compaction::write_pressure` of `version`, computed when it is
+    /// installed rather than on every write.
+    pub pressure: f64,
 }
 
 pub(crate) struct Journal {

@@ -201,6 +201,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         state: RwLock::new(State {
             mem: Arc::new(Memtable::new(journal_number)),
             sealed: Vec::new(),
+            pressure: crate::compaction::write_pressure(&rec.version, &opts),
             version: Arc::new(rec.version),
         }),
         queue: Mutex::new(VecDeque::new()),

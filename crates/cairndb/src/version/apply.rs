@@ -71,8 +71,10 @@ impl Inner {
             m.last_seqno = m.last_seqno.max(s);
         }
         {
+            let pressure = crate::compaction::write_pressure(&version, &self.opts);
             let mut s = self.state.write();
             s.version = Arc::new(version);
+            s.pressure = pressure;
             install(&mut s);
         }
         for f in removed {

@@ -176,7 +176,7 @@ impl Inner {
                 (
                     s.mem.approx_bytes(),
                     s.sealed.len(),
-                    crate::compaction::write_pressure(&s.version, &self.opts),
+                    s.pressure,
                     s.version.levels[0].len(),
                 )
             };

@@ -1,0 +1,219 @@
+//! Group commit, background failures and write stalls, observed through a
+//! wrapping file system that counts syncs and can refuse to create tables.
+
+use cairndb::io::{DirLock, FileRead, FileWrite, Fs, MemFs};
+use cairndb::{Db, Error, Options, WriteBatch, WriteOptions};
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+/// A `MemFs` that counts file syncs and, when `fail_tables` is set, fails
+/// the creation of table files with ENOSPC.
+#[derive(Clone, Default)]
+struct Probe {
+    inner: MemFs,
+    syncs: Arc<AtomicU64>,
+    fail_tables: Arc<AtomicBool>,
+}
+
+struct CountingWrite {
+    inner: Box<dyn FileWrite>,
+    syncs: Arc<AtomicU64>,
+}
+
+impl FileWrite for CountingWrite {
+    fn append(&mut self, data: &[u8]) -> io::Result<()> {
+        self.inner.append(data)
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        self.syncs.fetch_add(1, Ordering::SeqCst);
+        // A sync that takes time, as on a real device, lets writers queue.
+        std::thread::sleep(Duration::from_micros(300));
+        self.inner.sync()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+}
+
+impl Fs for Probe {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn create(&self, path: &Path) -> io::Result<Box<dyn FileWrite>> {
+        let is_table = path.extension().is_some_and(|e| e == "table");
+        if is_table && self.fail_tables.load(Ordering::SeqCst) {
+            return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+        }
+        Ok(Box::new(CountingWrite {
+            inner: self.inner.create(path)?,
+            syncs: self.syncs.clone(),
+        }))
+    }
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
+        self.inner.open(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove(path)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.inner.list(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+    fn lock(&self, dir: &Path) -> io::Result<Box<dyn DirLock>> {
+        self.inner.lock(dir)
+    }
+}
+
+fn opts(fs: &Probe) -> Options {
+    Options {
+        fs: Arc::new(fs.clone()),
+        ..Options::default()
+    }
+}
+
+#[test]
+fn group_commit_shares_syncs_between_concurrent_writers() {
+    let fs = Probe::default();
+    let db = Db::open("/db", opts(&fs)).expect("open");
+    let threads = 8;
+    let per_thread = 200;
+    let before = fs.syncs.load(Ordering::SeqCst);
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (db, barrier) = (db.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                for i in 0..per_thread {
+                    db.put_opt(format!("t{t}-{i:04}"), b"v", &WriteOptions::synced())
+                        .expect("synced put");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("writer");
+    }
+    let syncs = fs.syncs.load(Ordering::SeqCst) - before;
+    let writes = (threads * per_thread) as u64;
+    println!("{writes} synced writes from {threads} threads took {syncs} syncs");
+    // Every write was synced, yet groups shared syncs: at most one sync per
+    // group means clearly fewer syncs than writes.
+    assert!(syncs > 0);
+    assert!(
+        syncs < writes * 3 / 4,
+        "{syncs} syncs for {writes} writes: no grouping"
+    );
+    for t in 0..threads {
+        for i in 0..per_thread {
+            assert!(db.get(format!("t{t}-{i:04}")).expect("get").is_some());
+        }
+    }
+}
+
+#[test]
+fn unsynced_writes_do_not_sync() {
+    let fs = Probe::default();
+    let db = Db::open("/db", opts(&fs)).expect("open");
+    let before = fs.syncs.load(Ordering::SeqCst);
+    for i in 0..1000 {
+        db.put(format!("k{i}"), b"v").expect("put");
+    }
+    assert_eq!(fs.syncs.load(Ordering::SeqCst), before);
+}
+
+#[test]
+fn a_failed_flush_surfaces_on_the_next_write_and_reads_keep_working() {
+    let fs = Probe::default();
+    let o = Options {
+        memtable_bytes: 16 << 10,
+        ..opts(&fs)
+    };
+    let db = Db::open("/db", o.clone()).expect("open");
+    db.put(b"before", b"1").expect("put");
+    fs.fail_tables.store(true, Ordering::SeqCst);
+    // Fill memtables until the failed flush is reported to a writer.
+    let mut err = None;
+    for i in 0..10_000u32 {
+        if let Err(e) = db.put(i.to_be_bytes(), [7u8; 100]) {
+            err = Some(e);
+            break;
+        }
+    }
+    let err = err.expect("the flush failure never reached a writer");
+    assert!(matches!(err, Error::Io { .. }), "unexpected error {err:?}");
+    // Sticky: later writes fail too; reads still work.
+    assert!(db.put(b"after", b"2").is_err());
+    assert_eq!(db.get(b"before").expect("get").as_deref(), Some(&b"1"[..]));
+    assert!(db.flush().is_err());
+    drop(db);
+    // Once the device has room again, reopening recovers everything that
+    // was acknowledged (it is all in the journal).
+    fs.fail_tables.store(false, Ordering::SeqCst);
+    let db = Db::open("/db", o).expect("reopen");
+    assert_eq!(db.get(b"before").expect("get").as_deref(), Some(&b"1"[..]));
+    assert_eq!(
+        db.get(0u32.to_be_bytes()).expect("get").as_deref(),
+        Some(&[7u8; 100][..])
+    );
+}
+
+#[test]
+fn writers_stalled_by_compaction_debt_finish_and_are_paced() {
+    let fs = Probe::default();
+    let o = Options {
+        memtable_bytes: 8 << 10,
+        table_bytes: 8 << 10,
+        level1_bytes: 32 << 10,
+        l0_compaction_trigger: 2,
+        l0_slowdown_trigger: 3,
+        l0_stop_trigger: 5,
+        ..opts(&fs)
+    };
+    let db = Db::open("/db", o).expect("open");
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                for i in 0..3000u32 {
+                    let mut b = WriteBatch::new();
+                    b.put(format!("{t}-{i:05}"), [t as u8; 64]).expect("batch");
+                    db.write(b, &WriteOptions::default()).expect("write");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("writer finished");
+    }
+    let stats = db.stats();
+    println!("{stats:?}");
+    assert!(stats.compactions > 0);
+    assert!(
+        stats.tables_per_level[0] < 5,
+        "level 0 over the stop trigger"
+    );
+    for t in 0..4 {
+        assert_eq!(db.prefix(format!("{t}-")).count(), 3000);
+    }
+}
+
+#[test]
+fn close_then_write_fails_cleanly() {
+    let fs = Probe::default();
+    let db = Db::open("/db", opts(&fs)).expect("open");
+    let other = db.clone();
+    db.close().expect("close");
+    assert!(matches!(other.put(b"k", b"v"), Err(Error::Closed)));
+}
