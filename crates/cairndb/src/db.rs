@@ -111,6 +111,18 @@ impl Inner {
         }
     }
 
+    /// A view and a seqno to read it at, for reads without a registered
+    /// snapshot. The view is taken first: a compaction that finishes later
+    /// cannot have dropped a version this seqno needs from the view's
+    /// tables (it only drops versions shadowed at its own, older, oldest
+    /// snapshot), and writes newer than the view's memtables all have
+    /// higher seqnos than everything in them, so reading at a seqno taken
+    /// afterwards still sees one consistent state.
+    pub fn view_and_seqno(&self) -> (ReadView, u64) {
+        let view = self.view();
+        (view, self.last_seqno.load(Ordering::Acquire))
+    }
+
     pub fn new_file_number(&self) -> u64 {
         self.next_file.fetch_add(1, Ordering::SeqCst)
     }
@@ -297,14 +309,13 @@ impl Db {
         let key = key.as_ref();
         check_key(key)?;
         let inner = self.inner();
-        let seqno = inner.last_seqno.load(Ordering::Acquire);
-        inner.view().get(key, seqno)
+        let (view, seqno) = inner.view_and_seqno();
+        view.get(key, seqno)
     }
 
     fn iter_bounds(&self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) -> Iter {
-        let inner = self.inner();
-        let seqno = inner.last_seqno.load(Ordering::Acquire);
-        Iter::new(inner.view(), seqno, lower, upper)
+        let (view, seqno) = self.inner().view_and_seqno();
+        Iter::new(view, seqno, lower, upper)
     }
 
     /// Keys in `range` with their values, in key order (`.rev()` for
