@@ -10,8 +10,10 @@
 //!    appends and inserts into the memtable, and while a memtable is sealed,
 //!    so a batch is always in the journal of the memtable that holds it.
 //! 4. `manifest` — serializes version changes (log, then install).
-//! 5. `state` (RwLock) — the current memtables and version; held briefly.
-//! 6. `bg` — background status and the condvar writers stall on.
+//! 5. `bg` — background status and the condvar writers stall on; the
+//!    background threads check `state` while holding it.
+//! 6. `state` (RwLock) — the current memtables and version; held briefly,
+//!    and nothing else is taken while it is held.
 //!
 //! `last_seqno` is published by the leader after the memtable insert, so a
 //! reader that loads it sees every write up to it.

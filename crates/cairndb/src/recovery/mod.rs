@@ -94,7 +94,9 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                 dir.display()
             )));
         }
-        read_manifest(&*fs, &dir, &reaper)?
+        let rec = read_manifest(&*fs, &dir, &reaper)?;
+        check_files_present(&dir, &kinds, &rec)?;
+        rec
     } else {
         let has_data = kinds.iter().any(|k| {
             matches!(
@@ -277,6 +279,39 @@ fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recove
         .check()
         .map_err(|d| Error::corruption(&path, 0, d))?;
     Ok(rec)
+}
+
+/// Every table the manifest names, and the journal at its floor, must
+/// exist: files are deleted only after the edit that retires them is synced,
+/// and the floor journal is created (and its name synced) before any edit
+/// names it. A missing one means a durable edit was lost — typically a
+/// damaged last manifest edit, which reads like a torn one and is dropped
+/// by `read_manifest` — and the older version would return stale data.
+fn check_files_present(dir: &Path, kinds: &[FileKind], rec: &Recovered) -> Result<()> {
+    let mut tables = std::collections::HashSet::new();
+    let mut journals = std::collections::HashSet::new();
+    for k in kinds {
+        match k {
+            FileKind::Table(n) => tables.insert(*n),
+            FileKind::Journal(n) => journals.insert(*n),
+            _ => false,
+        };
+    }
+    if rec.journal_floor > 0 && !journals.contains(&rec.journal_floor) {
+        return Err(Error::corruption(
+            files::journal(dir, rec.journal_floor),
+            0,
+            "journal named by the manifest is missing (a manifest edit was lost)",
+        ));
+    }
+    if let Some(n) = rec.version.numbers().find(|n| !tables.contains(n)) {
+        return Err(Error::corruption(
+            files::table(dir, n),
+            0,
+            "table named by the manifest is missing",
+        ));
+    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -90,6 +90,10 @@ pub fn quiesce(db: &Db) {
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    assert_eq!(db.stats().sealed_memtables, 0, "flush thread never caught up");
+    assert_eq!(
+        db.stats().sealed_memtables,
+        0,
+        "flush thread never caught up"
+    );
     std::thread::sleep(std::time::Duration::from_millis(30));
 }
