@@ -1,0 +1,671 @@
+//! Recovery contracts: what survives a power cut or a process crash, how a
+//! torn or damaged journal is treated, what damaged tables and metadata
+//! produce, and the open-time options. Randomized tests print their seed.
+
+mod common;
+
+use cairndb::io::{Fs, MemFs, PosixFs};
+use cairndb::{Db, Error, Options, WriteBatch, WriteOptions};
+use common::{Image, files_with, mem_opts, quiesce, record_offsets, restore, scan, snapshot};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+const DIR: &str = "/db";
+
+fn dir() -> &'static Path {
+    Path::new(DIR)
+}
+
+fn batch_key(batch: usize, j: usize) -> Vec<u8> {
+    format!("b{batch:05}-{j:02}").into_bytes()
+}
+
+fn batch_value(batch: usize, j: usize) -> Vec<u8> {
+    format!("v{batch}-{j}-{}", "x".repeat(batch % 50)).into_bytes()
+}
+
+/// Groups a scan by batch id and checks each present batch is whole and
+/// holds the written values. Returns the present batch ids, ascending.
+fn present_batches(rows: &[(Vec<u8>, Vec<u8>)], sizes: &[usize], ctx: &str) -> Vec<usize> {
+    let mut by_batch: BTreeMap<usize, Vec<(usize, Vec<u8>)>> = BTreeMap::new();
+    for (k, v) in rows {
+        let s = std::str::from_utf8(k).expect("utf8 key");
+        let id: usize = s[1..6].parse().expect("batch id");
+        let j: usize = s[7..9].parse().expect("op index");
+        by_batch.entry(id).or_default().push((j, v.clone()));
+    }
+    for (id, ops) in &by_batch {
+        assert!(*id < sizes.len(), "{ctx}: batch {id} was never written");
+        assert_eq!(ops.len(), sizes[*id], "{ctx}: batch {id} is partial");
+        for (j, v) in ops {
+            assert_eq!(v, &batch_value(*id, *j), "{ctx}: wrong value in batch {id}");
+        }
+    }
+    by_batch.into_keys().collect()
+}
+
+#[test]
+fn synced_writes_survive_power_cut() {
+    let mut lost_some = 0;
+    for seed in 0..12u64 {
+        let ctx = format!("seed {seed}");
+        let mut rng = StdRng::seed_from_u64(seed);
+        let fs = MemFs::new();
+        let opts = Options {
+            // Small memtables: seals, journal switches and flushes happen
+            // during the run; no compaction thread so the cut is quiescent.
+            background_compaction: false,
+            ..mem_opts(&fs, 8 << 10)
+        };
+        let db = Db::open(dir(), opts.clone()).expect("open");
+        let n = 400;
+        let mut sizes = Vec::new();
+        let mut last_synced = None;
+        for id in 0..n {
+            let size = rng.random_range(1..8);
+            let mut b = WriteBatch::new();
+            for j in 0..size {
+                b.put(batch_key(id, j), batch_value(id, j))
+                    .expect("batch put");
+            }
+            sizes.push(size);
+            let sync = rng.random_bool(0.2);
+            db.write(b, &WriteOptions { sync }).expect("write");
+            if sync {
+                last_synced = Some(id);
+            }
+        }
+        quiesce(&db);
+        // Power fails while the handle is open; nothing runs afterwards.
+        fs.power_cut();
+        drop(db);
+        fs.power_cut();
+        let db = Db::open(dir(), opts).unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
+        let rows = scan(&db).unwrap_or_else(|e| panic!("{ctx}: scan: {e}"));
+        let present = present_batches(&rows, &sizes, &ctx);
+        // A prefix in write order: no holes.
+        let prefix: Vec<usize> = (0..present.len()).collect();
+        assert_eq!(present, prefix, "{ctx}: surviving batches are not a prefix");
+        if let Some(s) = last_synced {
+            assert!(
+                present.len() > s,
+                "{ctx}: synced batch {s} lost ({} survive)",
+                present.len()
+            );
+        }
+        if present.len() < n {
+            lost_some += 1;
+        }
+        // Point reads agree with the scan.
+        for id in [0, n / 2, n - 1] {
+            let want = (id < present.len()).then(|| batch_value(id, 0));
+            assert_eq!(
+                db.get(batch_key(id, 0)).expect("get"),
+                want,
+                "{ctx}: get {id}"
+            );
+        }
+    }
+    assert!(
+        lost_some > 0,
+        "no seed lost an unsynced write: the power cut was not exercised"
+    );
+}
+
+#[test]
+fn process_crash_keeps_unsynced_writes_memfs() {
+    let fs = MemFs::new();
+    let opts = Options {
+        background_compaction: false,
+        ..mem_opts(&fs, 16 << 10)
+    };
+    let db = Db::open(dir(), opts.clone()).expect("open");
+    for i in 0..2000u32 {
+        db.put(format!("k{i:05}"), i.to_le_bytes()).expect("put");
+    }
+    quiesce(&db);
+    // A crashed process runs no destructor: copy what the OS would hold
+    // (every appended byte) and leak the handle so close() never syncs.
+    let image = snapshot(&fs, dir());
+    std::mem::forget(db);
+    let crashed = restore(&image, dir());
+    let db = Db::open(dir(), mem_opts(&crashed, 16 << 10)).expect("reopen");
+    let rows = scan(&db).expect("scan");
+    assert_eq!(rows.len(), 2000);
+    for (i, (k, v)) in rows.iter().enumerate() {
+        assert_eq!(k, format!("k{i:05}").as_bytes());
+        assert_eq!(v, &(i as u32).to_le_bytes());
+    }
+}
+
+#[test]
+fn process_crash_keeps_unsynced_writes_posix() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        memtable_bytes: 16 << 10,
+        ..Options::default()
+    };
+    let db = Db::open(tmp.path(), opts.clone()).expect("open");
+    for i in 0..1000u32 {
+        db.put(format!("k{i:05}"), i.to_le_bytes()).expect("put");
+    }
+    drop(db);
+    let db = Db::open(tmp.path(), opts).expect("reopen");
+    for i in 0..1000u32 {
+        assert_eq!(
+            db.get(format!("k{i:05}")).expect("get"),
+            Some(i.to_le_bytes().to_vec())
+        );
+    }
+    assert_eq!(scan(&db).expect("scan").len(), 1000);
+}
+
+/// A database whose newest journal holds `n` records (one put each, key
+/// `k{i}`), never flushed. Returns its image and the journal's name.
+fn journal_image(n: usize) -> (Image, String) {
+    let fs = MemFs::new();
+    let db = Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("open");
+    for i in 0..n {
+        db.put(format!("k{i:03}"), format!("value-{i}"))
+            .expect("put");
+    }
+    drop(db);
+    let image = snapshot(&fs, dir());
+    let journal = files_with(&fs, dir(), ".journal").pop().expect("a journal");
+    assert_eq!(record_offsets(&image[&journal]).len(), n);
+    (image, journal)
+}
+
+fn keys_of(db: &Db) -> Vec<String> {
+    scan(db)
+        .expect("scan")
+        .into_iter()
+        .map(|(k, v)| {
+            let k = String::from_utf8(k).expect("utf8");
+            assert_eq!(
+                v,
+                format!(
+                    "value-{}",
+                    &k[1..].trim_start_matches('0').parse::<usize>().unwrap_or(0)
+                )
+                .into_bytes()
+            );
+            k
+        })
+        .collect()
+}
+
+#[test]
+fn torn_journal_tail_is_cut() {
+    let n = 20;
+    let (image, journal) = journal_image(n);
+    let records = record_offsets(&image[&journal]);
+    for (r, &(start, end)) in records.iter().enumerate() {
+        // Inside the header, at the payload start, in the payload, one short.
+        for cut in [
+            start + 1,
+            start + 10,
+            start + 16,
+            (start + end) / 2,
+            end - 1,
+        ] {
+            let fs = restore(&image, dir());
+            fs.truncate(&dir().join(&journal), cut);
+            let db = Db::open(dir(), mem_opts(&fs, 4 << 20))
+                .unwrap_or_else(|e| panic!("record {r} cut at {cut}: {e}"));
+            let want: Vec<String> = (0..r).map(|i| format!("k{i:03}")).collect();
+            assert_eq!(keys_of(&db), want, "record {r} cut at {cut}");
+            // The cut tail is gone for good: writes after it survive reopen.
+            db.put("after", "x").expect("put after");
+            drop(db);
+            let db = Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("second reopen");
+            assert_eq!(db.get("after").expect("get"), Some(b"x".to_vec()));
+            assert_eq!(scan(&db).expect("scan").len(), r + 1);
+        }
+    }
+}
+
+#[test]
+fn damaged_journal_record_before_intact_ones_is_corruption() {
+    let (image, journal) = journal_image(10);
+    let records = record_offsets(&image[&journal]);
+    // First record's payload, first record's header, a middle record.
+    for offset in [16 + 2, 4, records[5].0 + 20] {
+        let mut img = image.clone();
+        img.get_mut(&journal).expect("journal")[offset] ^= 0x10;
+        let fs = restore(&img, dir());
+        match Db::open(dir(), mem_opts(&fs, 4 << 20)) {
+            Err(Error::Corruption { file, .. }) => {
+                assert_eq!(file, dir().join(&journal), "flip at {offset}")
+            }
+            Err(e) => panic!("flip at {offset}: expected Corruption, got {e}"),
+            Ok(_) => panic!("flip at {offset}: open succeeded over lost data"),
+        }
+    }
+}
+
+#[test]
+fn garbage_after_the_newest_journal_tail_is_ignored() {
+    let (image, journal) = journal_image(10);
+    let mut rng = StdRng::seed_from_u64(1);
+    let random: Vec<u8> = (0..300).map(|_| rng.random()).collect();
+    for garbage in [vec![0u8; 1], vec![0u8; 4096], random, vec![0xff; 17]] {
+        let mut img = image.clone();
+        img.get_mut(&journal)
+            .expect("journal")
+            .extend_from_slice(&garbage);
+        let fs = restore(&img, dir());
+        let db = Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("open with garbage tail");
+        assert_eq!(keys_of(&db).len(), 10, "garbage of {} bytes", garbage.len());
+    }
+}
+
+#[test]
+fn corrupted_table_block_gives_corruption_not_wrong_data() {
+    let fs = MemFs::new();
+    let db = Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("open");
+    let n = 500;
+    for i in 0..n {
+        db.put(format!("key{i:04}"), format!("value{i:04}"))
+            .expect("put");
+    }
+    db.flush().expect("flush");
+    db.close().expect("close");
+    let tables = files_with(&fs, dir(), ".table");
+    assert_eq!(tables.len(), 1, "one flushed table: {tables:?}");
+    let path = dir().join(&tables[0]);
+    for off in [10, 11, 12] {
+        assert!(fs.mutate_byte(&path, off, |b| b ^ 0x5a));
+    }
+    let opts = Options {
+        block_cache_bytes: 0,
+        ..mem_opts(&fs, 4 << 20)
+    };
+    let db = Db::open(dir(), opts).expect("open does not read data blocks");
+    let mut errors = 0;
+    for i in 0..n {
+        match db.get(format!("key{i:04}")) {
+            Ok(v) => assert_eq!(v, Some(format!("value{i:04}").into_bytes()), "key {i}"),
+            Err(e) => {
+                assert!(e.is_corruption(), "key {i}: {e}");
+                errors += 1;
+            }
+        }
+    }
+    assert!(errors > 0, "no read noticed the damaged block");
+    let err = scan(&db).expect_err("a scan over the damaged block must fail");
+    assert!(err.is_corruption(), "{err}");
+    let back: cairndb::Result<Vec<_>> = db.iter().rev().collect();
+    assert!(back.expect_err("reverse scan must fail").is_corruption());
+    // A scan that does not touch the damaged block still works.
+    let tail: Vec<_> = db
+        .range(b"key0450".as_slice()..)
+        .collect::<cairndb::Result<_>>()
+        .expect("scan of intact blocks");
+    assert_eq!(tail.len(), 50);
+}
+
+fn small_db(fs: &MemFs) {
+    let db = Db::open(dir(), mem_opts(fs, 4 << 20)).expect("open");
+    for i in 0..100 {
+        db.put(format!("k{i:03}"), "v").expect("put");
+    }
+    db.flush().expect("flush");
+    db.put("unflushed", "v").expect("put");
+    db.close().expect("close");
+}
+
+#[test]
+fn missing_or_bad_current() {
+    // Missing CURRENT with data files present.
+    let fs = MemFs::new();
+    small_db(&fs);
+    fs.remove(&dir().join("CURRENT")).expect("remove CURRENT");
+    match Db::open(dir(), mem_opts(&fs, 4 << 20)) {
+        Err(e) => assert!(e.is_corruption(), "missing CURRENT: {e}"),
+        Ok(_) => panic!("opened without CURRENT"),
+    }
+
+    let base = MemFs::new();
+    small_db(&base);
+    let image = snapshot(&base, dir());
+    let contents: [&[u8]; 6] = [
+        b"MANIFEST-999999\n",
+        b"MANIFEST-999999",
+        b"",
+        b"\xff\xfe garbage",
+        b"000001.journal\n",
+        b"../MANIFEST-000001\n",
+    ];
+    for current in contents {
+        let mut img = image.clone();
+        img.insert("CURRENT".into(), current.to_vec());
+        let fs = restore(&img, dir());
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Db::open(dir(), mem_opts(&fs, 4 << 20)).map(drop)
+        }));
+        match r {
+            Ok(Err(Error::Corruption { .. } | Error::Io { .. })) => {}
+            Ok(Err(e)) => panic!("CURRENT {current:?}: unexpected error kind {e}"),
+            Ok(Ok(())) => panic!("CURRENT {current:?}: open succeeded"),
+            Err(_) => panic!("CURRENT {current:?}: open panicked"),
+        }
+    }
+
+    // A garbage manifest named by CURRENT.
+    let manifest = image
+        .keys()
+        .find(|n| n.starts_with("MANIFEST-"))
+        .expect("manifest")
+        .clone();
+    for garbage in [vec![], vec![0u8; 64], b"not a manifest at all".to_vec()] {
+        let mut img = image.clone();
+        img.insert(manifest.clone(), garbage.clone());
+        let fs = restore(&img, dir());
+        match Db::open(dir(), mem_opts(&fs, 4 << 20)) {
+            Err(e) => assert!(e.is_corruption(), "manifest {garbage:?}: {e}"),
+            Ok(_) => panic!("opened with manifest {garbage:?}"),
+        }
+    }
+}
+
+#[test]
+fn unreferenced_foreign_table_is_removed() {
+    let fs = MemFs::new();
+    small_db(&fs);
+    let foreign = dir().join("000099.table");
+    let mut f = fs.create(&foreign).expect("create");
+    f.append(b"this is not a table").expect("append");
+    f.sync().expect("sync");
+    drop(f);
+    let db = Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("open with a foreign file");
+    assert_eq!(scan(&db).expect("scan").len(), 101);
+    assert!(!fs.exists(&foreign), "unreferenced table left behind");
+    // New files must not collide with the number it used.
+    for i in 0..100 {
+        db.put(format!("n{i:03}"), "w").expect("put");
+    }
+    db.flush().expect("flush");
+    drop(db);
+    let db = Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("reopen");
+    assert_eq!(scan(&db).expect("scan").len(), 201);
+}
+
+#[test]
+fn reopen_after_compaction_into_many_levels() {
+    let fs = MemFs::new();
+    let opts = Options {
+        table_bytes: 4 << 10,
+        level1_bytes: 8 << 10,
+        block_bytes: 512,
+        ..mem_opts(&fs, 8 << 10)
+    };
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut model = BTreeMap::new();
+    let db = Db::open(dir(), opts.clone()).expect("open");
+    for round in 0..4 {
+        for _ in 0..1500 {
+            let k = format!("key{:05}", rng.random_range(0..3000)).into_bytes();
+            if rng.random_bool(0.85) {
+                let v = format!("r{round}-{}", rng.random::<u32>()).into_bytes();
+                db.put(&k, &v).expect("put");
+                model.insert(k, v);
+            } else {
+                db.delete(&k).expect("delete");
+                model.remove(&k);
+            }
+        }
+        db.flush().expect("flush");
+    }
+    db.compact().expect("compact");
+    let levels = db.stats().tables_per_level;
+    let used = levels.iter().filter(|&&n| n > 0).count();
+    assert!(
+        levels[1..].iter().sum::<usize>() > 1,
+        "not spread over levels: {levels:?}"
+    );
+    let want: Vec<_> = model.clone().into_iter().collect();
+    assert_eq!(scan(&db).expect("scan"), want);
+    drop(db);
+    let db = Db::open(dir(), opts).expect("reopen");
+    assert_eq!(
+        db.stats().tables_per_level,
+        levels,
+        "shape changed over reopen ({used} levels)"
+    );
+    assert_eq!(scan(&db).expect("scan after reopen"), want);
+    for (k, v) in model.iter().step_by(7) {
+        assert_eq!(db.get(k).expect("get").as_ref(), Some(v));
+    }
+}
+
+#[test]
+fn open_options_and_lock() {
+    let fs = MemFs::new();
+    let missing = Options {
+        create_if_missing: false,
+        ..mem_opts(&fs, 1 << 20)
+    };
+    match Db::open("/nowhere", missing) {
+        Err(Error::InvalidArgument(_)) => {}
+        other => panic!("create_if_missing=false on a missing dir: {other:?}"),
+    }
+    assert!(!fs.exists(Path::new("/nowhere/CURRENT")));
+
+    let exclusive = Options {
+        error_if_exists: true,
+        ..mem_opts(&fs, 1 << 20)
+    };
+    let db = Db::open(dir(), exclusive.clone()).expect("error_if_exists on a new db");
+    db.put("a", "1").expect("put");
+    // A second handle on the same directory while the first is open.
+    match Db::open(dir(), mem_opts(&fs, 1 << 20)) {
+        Err(Error::Io { .. }) => {}
+        other => panic!("second open of a locked db: {other:?}"),
+    }
+    drop(db);
+    match Db::open(dir(), exclusive) {
+        Err(Error::InvalidArgument(_)) => {}
+        other => panic!("error_if_exists on an existing db: {other:?}"),
+    }
+    let existing_only = Options {
+        create_if_missing: false,
+        ..mem_opts(&fs, 1 << 20)
+    };
+    let db = Db::open(dir(), existing_only).expect("open existing with create_if_missing=false");
+    assert_eq!(db.get("a").expect("get"), Some(b"1".to_vec()));
+
+    // The same on real files: the lock is a real advisory lock.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let posix = || Options {
+        fs: Arc::new(PosixFs),
+        ..Options::default()
+    };
+    let db = Db::open(tmp.path(), posix()).expect("open");
+    assert!(matches!(
+        Db::open(tmp.path(), posix()),
+        Err(Error::Io { .. })
+    ));
+    drop(db);
+    Db::open(tmp.path(), posix()).expect("reopen after the first handle closed");
+}
+
+#[test]
+fn journal_replay_is_bounded_by_the_memtable_size() {
+    let fs = MemFs::new();
+    let big = Options {
+        background_compaction: false,
+        ..mem_opts(&fs, 8 << 20)
+    };
+    let db = Db::open(dir(), big).expect("open");
+    let n = 4000;
+    for i in 0..n {
+        db.put(format!("key{i:05}"), vec![i as u8; 100])
+            .expect("put");
+    }
+    assert_eq!(
+        db.stats().tables_per_level.iter().sum::<usize>(),
+        0,
+        "nothing flushed yet"
+    );
+    drop(db); // crash: everything is in one journal
+    let small = Options {
+        background_compaction: false,
+        ..mem_opts(&fs, 32 << 10)
+    };
+    let db = Db::open(dir(), small).expect("reopen");
+    let tables: usize = db.stats().tables_per_level.iter().sum();
+    // ~450 KB of data through 32 KiB memtables.
+    assert!(
+        tables >= 8,
+        "replay held the journal in too few memtables: {tables} tables"
+    );
+    assert!(db.stats().memtable_bytes < 32 << 10);
+    let rows = scan(&db).expect("scan");
+    assert_eq!(rows.len(), n);
+    for (i, (k, v)) in rows.iter().enumerate() {
+        assert_eq!(k, format!("key{i:05}").as_bytes());
+        assert_eq!(v, &vec![i as u8; 100]);
+    }
+}
+
+#[test]
+fn snapshot_pins_old_versions_across_compaction() {
+    let fs = MemFs::new();
+    let opts = Options {
+        table_bytes: 4 << 10,
+        level1_bytes: 8 << 10,
+        ..mem_opts(&fs, 8 << 10)
+    };
+    let db = Db::open(dir(), opts).expect("open");
+    let mut old = BTreeMap::new();
+    for i in 0..1000 {
+        let (k, v) = (
+            format!("k{i:04}").into_bytes(),
+            format!("old{i}").into_bytes(),
+        );
+        db.put(&k, &v).expect("put");
+        old.insert(k, v);
+    }
+    db.flush().expect("flush");
+    let snap = db.snapshot();
+    let mut new = old.clone();
+    for i in 0..1000 {
+        let k = format!("k{i:04}").into_bytes();
+        match i % 3 {
+            0 => {
+                db.delete(&k).expect("delete");
+                new.remove(&k);
+            }
+            1 => {
+                let v = format!("new{i}").into_bytes();
+                db.put(&k, &v).expect("put");
+                new.insert(k, v);
+            }
+            _ => {}
+        }
+    }
+    for i in 0..200 {
+        let (k, v) = (format!("z{i:04}").into_bytes(), b"added".to_vec());
+        db.put(&k, &v).expect("put");
+        new.insert(k, v);
+    }
+    db.compact().expect("compact");
+    db.compact().expect("second compact");
+    let old_rows: Vec<_> = old.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let snap_rows: Vec<_> = snap
+        .iter()
+        .collect::<cairndb::Result<_>>()
+        .expect("snapshot scan");
+    assert_eq!(snap_rows, old_rows, "snapshot scan after compaction");
+    let mut rev: Vec<_> = snap
+        .iter()
+        .rev()
+        .collect::<cairndb::Result<_>>()
+        .expect("rev");
+    rev.reverse();
+    assert_eq!(rev, old_rows);
+    for (k, v) in &old {
+        assert_eq!(snap.get(k).expect("snapshot get").as_ref(), Some(v));
+    }
+    assert_eq!(snap.get("z0000").expect("get"), None);
+    let new_rows: Vec<_> = new.into_iter().collect();
+    assert_eq!(scan(&db).expect("scan"), new_rows);
+    drop(snap);
+    db.compact().expect("compact without snapshot");
+    assert_eq!(scan(&db).expect("scan"), new_rows);
+}
+
+#[test]
+fn damaged_last_manifest_edit_is_corruption_not_stale_data() {
+    // Regression: a damaged last edit read like a torn one and was dropped,
+    // reviving the version before it (whose journal had been deleted).
+    let fs = MemFs::new();
+    let db = Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("open");
+    db.put("k", "old").expect("put");
+    db.flush().expect("flush");
+    db.put("k", "new").expect("put");
+    db.flush().expect("flush"); // last edit: adds the table holding "new"
+    db.close().expect("close");
+    let image = snapshot(&fs, dir());
+    let manifest = image
+        .keys()
+        .find(|n| n.starts_with("MANIFEST-"))
+        .expect("manifest")
+        .clone();
+    let last = *record_offsets(&image[&manifest]).last().expect("edits");
+    for off in [last.0, last.0 + 17, last.1 - 1] {
+        let mut img = image.clone();
+        img.get_mut(&manifest).expect("manifest")[off] ^= 1;
+        let fs = restore(&img, dir());
+        match Db::open(dir(), mem_opts(&fs, 4 << 20)) {
+            Err(e) => assert!(e.is_corruption(), "flip at {off}: {e}"),
+            Ok(db) => panic!("flip at {off}: opened, k = {:?}", db.get("k")),
+        }
+    }
+}
+
+#[test]
+fn repeated_power_cuts_right_after_recovery() {
+    // Each open writes a new journal, manifest and CURRENT; a cut right
+    // after must find all of them durable, and the old files must not
+    // come back to life in a harmful way.
+    let fs = MemFs::new();
+    let opts = Options {
+        background_compaction: false,
+        ..mem_opts(&fs, 8 << 10)
+    };
+    let mut synced = Vec::new();
+    for round in 0..8 {
+        let db = Db::open(dir(), opts.clone()).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        for (k, v) in &synced {
+            assert_eq!(db.get(k).expect("get").as_ref(), Some(v), "round {round}");
+        }
+        if round % 2 == 0 {
+            fs.power_cut(); // cut before any write of this round
+            drop(db);
+            continue;
+        }
+        for i in 0..200 {
+            let (k, v) = (
+                format!("r{round}-{i:03}"),
+                format!("v{round}-{i}").into_bytes(),
+            );
+            let sync = i % 10 == 9;
+            db.put_opt(&k, &v, &WriteOptions { sync }).expect("put");
+            if sync {
+                synced.push((k.into_bytes(), v));
+            }
+        }
+        quiesce(&db);
+        fs.power_cut();
+        drop(db);
+    }
+    let db = Db::open(dir(), opts).expect("final open");
+    for (k, v) in &synced {
+        assert_eq!(db.get(k).expect("get").as_ref(), Some(v));
+    }
+}
