@@ -299,9 +299,15 @@ impl Db {
     }
 
     /// Applies `batch` atomically. With `opts.sync` the call returns after
-    /// the batch is durable. Errors: `Poisoned` after an earlier journal or
-    /// manifest failure, `Closed` after close, `Io` if this write failed
-    /// (then it was not applied, and the handle is poisoned).
+    /// the batch is durable. Errors:
+    /// - `Io` from this write's journal append or sync: the batch is not
+    ///   visible, but may or may not be in the journal (a reopen decides);
+    ///   the handle is poisoned.
+    /// - `Poisoned` after an earlier journal or manifest failure.
+    /// - the stored error of a failed background flush or compaction
+    ///   (usually `Io`): every later write returns it until reopen, while
+    ///   reads keep working.
+    /// - `Closed` after close.
     pub fn write(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
         self.inner().write(batch, opts)
     }

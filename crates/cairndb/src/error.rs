@@ -2,8 +2,9 @@
 //!
 //! Variants are grouped by what the caller can do about them:
 //! - `InvalidArgument` / `LimitExceeded`: fix the input and retry.
-//! - `Io`: the operating system refused an operation; the data already
-//!   acknowledged is safe, the failed operation was not applied.
+//! - `Io`: the operating system refused an operation. Data already
+//!   acknowledged is safe; the failed operation is not visible (a failed
+//!   journal write may still be found in the journal on reopen).
 //! - `Corruption`: bytes on disk do not match their checksum or their
 //!   documented format. Nothing is guessed: the read fails.
 //! - `Poisoned`: an earlier write or sync failed in a way that leaves the

@@ -17,8 +17,6 @@ pub const LEVELS: usize = 7;
 /// Largest block a table may hold, in bytes (guards decoding of sizes read
 /// from disk before allocation).
 pub const BLOCK_LEN_MAX: usize = 2 * VALUE_LEN_MAX;
-/// Largest manifest record (one version edit), in bytes.
-pub const MANIFEST_RECORD_MAX: usize = 64 << 20;
 /// Manifest size after which it is rewritten as a fresh snapshot.
 pub const MANIFEST_BYTES_MAX: u64 = 64 << 20;
 /// Largest seqno; the top 8 bits of a tag hold the entry kind.

@@ -669,3 +669,87 @@ fn repeated_power_cuts_right_after_recovery() {
         assert_eq!(db.get(k).expect("get").as_ref(), Some(v));
     }
 }
+
+/// Regression: a crash right after a new empty journal was created (while
+/// opening, or while sealing a memtable) left the torn journal second to
+/// last, and the next open reported Corruption although nothing had been
+/// written after the torn record.
+#[test]
+fn torn_journal_followed_by_an_empty_journal_is_cut() {
+    let (image, journal) = journal_image(10);
+    let records = record_offsets(&image[&journal]);
+    let (start, end) = records[7];
+    let fs = restore(&image, dir());
+    fs.truncate(&dir().join(&journal), (start + end) / 2);
+    let number: u64 = journal
+        .trim_end_matches(".journal")
+        .parse()
+        .expect("number");
+    let mut empty = fs
+        .create(&dir().join(format!("{:06}.journal", number + 1)))
+        .expect("create empty journal");
+    empty.sync().expect("sync");
+    drop(empty);
+    let db = Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("open with a trailing empty journal");
+    let want: Vec<String> = (0..7).map(|i| format!("k{i:03}")).collect();
+    assert_eq!(keys_of(&db), want);
+    drop(db);
+
+    // With a write in the later journal, the torn record is a hole: refuse.
+    let fs = restore(&image, dir());
+    fs.truncate(&dir().join(&journal), (start + end) / 2);
+    let later =
+        snapshot(&restore(&image, dir()), dir())[&journal][records[8].0..records[8].1].to_vec();
+    let mut next = fs
+        .create(&dir().join(format!("{:06}.journal", number + 1)))
+        .expect("create");
+    next.append(&later).expect("append");
+    next.sync().expect("sync");
+    drop(next);
+    match Db::open(dir(), mem_opts(&fs, 4 << 20)) {
+        Err(e) => assert!(e.is_corruption(), "{e}"),
+        Ok(_) => panic!("a torn journal before a journal with writes was accepted"),
+    }
+}
+
+/// Regression: a torn record whose value holds the bytes of a journal
+/// record (a stored copy of a journal, say) was read as damage in the
+/// middle of the log, and open failed.
+#[test]
+fn record_image_inside_a_torn_value_is_not_damage() {
+    let fs = MemFs::new();
+    let db = Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("open");
+    db.put("a", "plain").expect("put");
+    db.put("b", "plain").expect("put");
+    drop(db);
+    let journal = files_with(&fs, dir(), ".journal").pop().expect("journal");
+    let copy = snapshot(&fs, dir())[&journal].clone();
+    let db = Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("reopen");
+    let mut value = copy.clone();
+    value.extend_from_slice(&[0x55; 64]); // room to tear after the image
+    db.put("c", &value)
+        .expect("put value holding record images");
+    drop(db);
+    let journal = files_with(&fs, dir(), ".journal").pop().expect("journal");
+    let len = fs.file_len(&dir().join(&journal)).expect("len") as usize;
+    fs.truncate(&dir().join(&journal), len - 10);
+    let db = Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("torn tail is cut, not damage");
+    assert_eq!(db.get("c").expect("get"), None);
+    assert_eq!(db.get("a").expect("get"), Some(b"plain".to_vec()));
+}
+
+#[test]
+fn create_if_missing_false_on_an_empty_directory() {
+    let fs = MemFs::new();
+    fs.create_dir_all(dir()).expect("mkdir");
+    let o = Options {
+        create_if_missing: false,
+        ..mem_opts(&fs, 4 << 20)
+    };
+    assert!(matches!(Db::open(dir(), o), Err(Error::InvalidArgument(_))));
+    assert!(
+        files_with(&fs, dir(), "")
+            .iter()
+            .all(|n| n == "LOCK" || n.is_empty())
+    );
+}

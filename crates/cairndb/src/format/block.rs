@@ -1,4 +1,4 @@
-//! Data and index blocks (docs/format-table.md §Block contents).
+//! Data and index blocks (docs/format.md §Tables §Block contents).
 //!
 //! Owns: the encoding of a sorted run of key/value entries into one block
 //! and its decoding. Layout:

@@ -1,4 +1,4 @@
-//! The per-table filter (docs/format-table.md §Filter block).
+//! The per-table filter (docs/format.md §Tables §Filter block).
 //!
 //! Owns: the encoding of the filter block and the probe. A table's filter is
 //! a BinaryFuse8 (xorf) over the xxh3-64 hashes of the table's distinct user

@@ -61,7 +61,7 @@ pub enum Tail {
 
 /// The intact records of a log image, in order, and how it ended.
 pub struct Scan<'a> {
-    pub records: Vec<(u64, RecordKind, &'a [u8])>,
+    pub records: Vec<Record<'a>>,
     pub tail: Tail,
 }
 
@@ -89,9 +89,40 @@ fn parse_at(data: &[u8], pos: usize) -> Option<(RecordKind, &[u8], usize)> {
     Some((kind, payload, start + len))
 }
 
+/// Total length (header + payload) of the record whose header is at the
+/// start of `header`, if that header's checksum holds. Lets a reader check
+/// whether a log holds any intact record without reading all of it.
+pub fn record_len(header: &[u8]) -> Option<usize> {
+    let header = header.get(..HEADER_LEN)?;
+    let mut r = Reader::new(header);
+    let hcrc = r.u32_le()?;
+    if hcrc != crc(header.get(4..)?) {
+        return None;
+    }
+    Some(HEADER_LEN + r.u32_le()? as usize)
+}
+
+/// True if `data` starts with an intact record.
+pub fn starts_with_record(data: &[u8]) -> bool {
+    parse_at(data, 0).is_some()
+}
+
+/// An intact record: its offset, kind and payload.
+pub type Record<'a> = (u64, RecordKind, &'a [u8]);
+
 /// Splits a whole log image into records. Never fails: damage is reported
 /// in `Scan::tail` and the caller applies its recovery policy.
-pub fn scan(data: &[u8]) -> Scan<'_> {
+///
+/// After the first bad record, the rest of the image is searched for
+/// intact records; one for which `continues(kind, payload, earlier)`
+/// holds (given the records before the damage) makes the damage
+/// `Damaged` rather than `Torn`. The predicate lets the caller reject
+/// record images that merely sit inside a payload (a stored copy of a log
+/// file, say) by checking they continue the log, e.g. by seqno.
+pub fn scan<'a>(
+    data: &'a [u8],
+    continues: impl Fn(RecordKind, &[u8], &[Record<'a>]) -> bool,
+) -> Scan<'a> {
     let mut records = Vec::new();
     let mut pos = 0usize;
     while pos < data.len() {
@@ -101,7 +132,10 @@ pub fn scan(data: &[u8]) -> Scan<'_> {
                 pos = next;
             }
             None => {
-                let later_intact = (pos + 1..data.len()).any(|p| parse_at(data, p).is_some());
+                let later_intact = (pos + 1..data.len()).any(|p| {
+                    parse_at(data, p)
+                        .is_some_and(|(kind, payload, _)| continues(kind, payload, &records))
+                });
                 let offset = pos as u64;
                 let tail = if later_intact {
                     Tail::Damaged { offset }
@@ -122,6 +156,25 @@ pub fn scan(data: &[u8]) -> Scan<'_> {
 mod tests {
     use super::*;
 
+    fn any(_: RecordKind, _: &[u8], _: &[Record]) -> bool {
+        true
+    }
+
+    #[test]
+    fn a_record_image_inside_a_payload_need_not_count_as_damage() {
+        let mut inner = Vec::new();
+        encode_record(&mut inner, RecordKind::Batch, b"copied");
+        inner.extend_from_slice(b"padding");
+        let mut data = log_of(&[b"first", &inner]);
+        let full = data.len();
+        data.truncate(full - 2); // tear the record that carries the image
+        assert!(matches!(scan(&data, any).tail, Tail::Damaged { .. }));
+        let never = |_: RecordKind, _: &[u8], _: &[Record]| false;
+        assert_eq!(scan(&data, never).tail, Tail::Torn { offset: 21 });
+        assert!(starts_with_record(&data));
+        assert_eq!(record_len(&data), Some(21));
+    }
+
     fn log_of(payloads: &[&[u8]]) -> Vec<u8> {
         let mut out = Vec::new();
         for p in payloads {
@@ -133,7 +186,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let data = log_of(&[b"one", b"", b"three"]);
-        let s = scan(&data);
+        let s = scan(&data, any);
         assert_eq!(s.tail, Tail::Clean);
         let got: Vec<&[u8]> = s.records.iter().map(|r| r.2).collect();
         assert_eq!(got, vec![&b"one"[..], b"", b"three"]);
@@ -142,9 +195,9 @@ mod tests {
     #[test]
     fn every_truncation_is_a_torn_tail_keeping_a_prefix() {
         let data = log_of(&[b"alpha", b"beta", b"gamma"]);
-        let full = scan(&data).records.len();
+        let full = scan(&data, any).records.len();
         for cut in 0..data.len() {
-            let s = scan(&data[..cut]);
+            let s = scan(&data[..cut], any);
             assert!(s.records.len() < full);
             match s.tail {
                 Tail::Clean => assert!(cut == 0 || cut == 21 || cut == 41, "cut {cut}"),
@@ -160,7 +213,7 @@ mod tests {
         for i in 0..data.len() {
             let mut d = data.clone();
             d[i] ^= 0x40;
-            let s = scan(&d);
+            let s = scan(&d, any);
             let first_bad = if i < 21 {
                 0
             } else if i < 41 {

@@ -1,4 +1,4 @@
-//! Sorted tables (docs/format-table.md): writer, reader and cursors.
+//! Sorted tables (docs/format.md §Tables): writer, reader and cursors.
 //!
 //! Owns: the file layout of a table. A table is written once, front to
 //! back, by [`TableWriter`] and never modified:
@@ -312,7 +312,7 @@ fn encode_footer(index: BlockHandle, filter: BlockHandle, props: BlockHandle) ->
     f
 }
 
-/// The properties block (docs/format-table.md §Properties block).
+/// The properties block (docs/format.md §Tables §Properties block).
 #[derive(Debug, Clone)]
 struct Properties {
     entries: u64,
@@ -1358,7 +1358,7 @@ mod tests {
 
     #[test]
     fn table_golden_tiny_example() {
-        // docs/format-table.md §Worked example.
+        // docs/format.md §Tables §Worked example.
         let fs = MemFs::new();
         let path = Path::new("/t/tiny.sst");
         let m = vec![

@@ -13,10 +13,12 @@
 //! 5. delete files no longer referenced: old journals and manifests,
 //!    tables left by an interrupted flush or compaction, temporary files.
 //!
-//! Torn-tail policy (docs/durability.md): only the newest journal may end
-//! in a torn record, because a journal is synced before the next one is
-//! started. A torn tail there is cut; a damaged record followed by an
-//! intact one, or a torn tail in an older journal, is `Corruption`.
+//! Torn-tail policy (docs/durability.md): a journal is synced before the
+//! next one is started, so only the last journal holding writes may end in
+//! a torn record (later journals may exist, created empty just before a
+//! crash). Such a torn tail is cut. A damaged record followed by an intact
+//! record that continues the log (a batch with a higher seqno), or a torn
+//! tail with writes in a later journal, is `Corruption`.
 
 use crate::cache::BlockCache;
 use crate::db::{Bg, Counters, Inner, Journal, State};
@@ -98,6 +100,12 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         check_files_present(&dir, &kinds, &rec)?;
         rec
     } else {
+        if !opts.create_if_missing {
+            return Err(Error::InvalidArgument(format!(
+                "no database at {} and create_if_missing is false",
+                dir.display()
+            )));
+        }
         let has_data = kinds.iter().any(|k| {
             matches!(
                 k,
@@ -138,15 +146,23 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         })
         .collect();
     journals.sort_unstable();
+    // A journal may end torn only if no later journal holds a write: a
+    // journal is synced before the next is started, but the next may have
+    // been created empty just before a crash (while sealing, or while
+    // opening), with nothing written after the torn record.
+    let mut holds_writes = Vec::with_capacity(journals.len());
+    for &n in &journals {
+        holds_writes.push(journal_holds_record(&*fs, &files::journal(&dir, n))?);
+    }
     let mut mem = Memtable::new(0);
     let mut added = Edit::default();
     for (i, &n) in journals.iter().enumerate() {
-        let newest = i + 1 == journals.len();
+        let may_be_torn = !holds_writes[i + 1..].contains(&true);
         replay_journal(
             &*fs,
             &dir,
             n,
-            newest,
+            may_be_torn,
             &mut rec.last_seqno,
             &mut mem,
             &mut |mem| flush_during_open(&*fs, &dir, new_number(), mem, &table_opts, &mut added),
@@ -238,7 +254,9 @@ fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recove
     let path = dir.join(name);
     let data = io::read_all(fs, &path)
         .map_err(|e| Error::io(format!("reading manifest {}", path.display()), e))?;
-    let scan = log::scan(&data);
+    let scan = log::scan(&data, |kind, payload, _| {
+        kind == RecordKind::Edit && Edit::decode(payload).is_ok()
+    });
     if let Tail::Damaged { offset } = scan.tail {
         return Err(Error::corruption(&path, offset, "damaged manifest record"));
     }
@@ -314,12 +332,30 @@ fn check_files_present(dir: &Path, kinds: &[FileKind], rec: &Recovered) -> Resul
     Ok(())
 }
 
+/// True if the journal at `path` starts with an intact record. Reads one
+/// record, not the file.
+fn journal_holds_record(fs: &dyn Fs, path: &Path) -> Result<bool> {
+    let ctx = |e| Error::io(format!("reading journal {}", path.display()), e);
+    let file = fs.open(path).map_err(ctx)?;
+    let mut header = [0u8; log::HEADER_LEN];
+    if file.len() < header.len() as u64 {
+        return Ok(false);
+    }
+    file.read_exact_at(&mut header, 0).map_err(ctx)?;
+    let Some(len) = log::record_len(&header).filter(|&l| l as u64 <= file.len()) else {
+        return Ok(false);
+    };
+    let mut record = vec![0u8; len];
+    file.read_exact_at(&mut record, 0).map_err(ctx)?;
+    Ok(log::starts_with_record(&record))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn replay_journal(
     fs: &dyn Fs,
     dir: &Path,
     number: u64,
-    newest: bool,
+    may_be_torn: bool,
     last_seqno: &mut u64,
     mem: &mut Memtable,
     flush: &mut dyn FnMut(&mut Memtable) -> Result<()>,
@@ -328,15 +364,26 @@ fn replay_journal(
     let path: PathBuf = files::journal(dir, number);
     let data = io::read_all(fs, &path)
         .map_err(|e| Error::io(format!("reading journal {}", path.display()), e))?;
-    let scan = log::scan(&data);
+    // A record found after damage continues this journal only if it is a
+    // batch with a higher seqno than everything before the damage; a stored
+    // value that happens to hold a record image does not qualify.
+    let start_seqno = *last_seqno;
+    let scan = log::scan(&data, |kind, payload, earlier| {
+        let before = earlier
+            .last()
+            .and_then(|(_, _, p)| batch_codec::decode(p).ok())
+            .map_or(start_seqno, |b| b.first_seqno + b.ops.len() as u64);
+        kind == RecordKind::Batch
+            && batch_codec::decode(payload).is_ok_and(|b| b.first_seqno > before)
+    });
     match scan.tail {
         Tail::Clean => {}
-        Tail::Torn { .. } if newest => {}
+        Tail::Torn { .. } if may_be_torn => {}
         Tail::Torn { offset } => {
             return Err(Error::corruption(
                 &path,
                 offset,
-                "torn record in a journal that was synced before the next one started",
+                "torn record in a journal followed by a later journal holding writes",
             ));
         }
         Tail::Damaged { offset } => {

@@ -149,7 +149,13 @@ impl Inner {
         let mem = self.state.read().mem.clone();
         let mut seqno = first;
         for p in group.iter().filter(|p| p.count > 0) {
-            let decoded = codec::decode(&p.rep).map_err(Error::InvalidArgument)?;
+            // `WriteBatch` built `rep`, so it decodes; if it ever did not,
+            // the journal would hold seqnos that were never published.
+            let decoded = codec::decode(&p.rep).map_err(|d| {
+                let e = Error::Poisoned(format!("internal: batch does not decode: {d}"));
+                self.set_bg_error(e.duplicate());
+                e
+            })?;
             for op in decoded.ops {
                 mem.insert(op.key, seqno, op.kind, op.value);
                 seqno += 1;
