@@ -4,6 +4,8 @@
 //! prints what it did and how fast; the full benchmark tool (`cairn bench`)
 //! is its own piece of work.
 
+mod bench;
+
 use cairndb::{Db, Options, WriteBatch, WriteOptions};
 
 use clap::{Parser, Subcommand};
@@ -28,6 +30,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Benchmark: device limits first, then workloads on one or more
+    /// engines, as ratios within one run.
+    Bench(bench::BenchArgs),
     /// Load, read back, scan and recover a database in a scratch directory.
     Demo(DemoArgs),
     /// (internal) fill a database without closing it, then wait to be killed.
@@ -257,6 +262,7 @@ fn fill_and_wait(dir: &Path, keys: u64) -> Result<(), Box<dyn std::error::Error>
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
+        Cmd::Bench(a) => bench::run(a).map_err(|e| e as Box<dyn std::error::Error>),
         Cmd::Demo(a) => demo(a),
         Cmd::FillAndWait { dir, keys } => fill_and_wait(&dir, keys),
     };

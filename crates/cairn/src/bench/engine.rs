@@ -1,0 +1,143 @@
+//! Engines under test behind one trait, so every workload runs unchanged on
+//! CairnDB and on its peers.
+//!
+//! Fairness rules every adapter follows (docs/benchmarks.md): no
+//! compression; the journal/WAL on; the same cache budget
+//! (`EngineConfig::cache_bytes`); `sync` means the engine's own
+//! durable-on-return commit (fsync/fdatasync) and unsynced means it
+//! survives a process crash where the engine can promise that.
+//!
+//! Peers are compiled only with their cargo feature (`rocksdb`, `lmdb`,
+//! `fjall`, `redb`, `sled`): they are slow to build.
+
+use super::BenchResult;
+use std::path::Path;
+
+/// Settings shared by every engine in a run.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Block/page cache budget in bytes.
+    pub cache_bytes: usize,
+    /// Write buffer (memtable) size in bytes, where the engine has one.
+    pub write_buffer_bytes: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            cache_bytes: 64 << 20,
+            write_buffer_bytes: 64 << 20,
+        }
+    }
+}
+
+/// One batch operation: a put (`Some(value)`) or a delete (`None`).
+pub type BatchOp = (Vec<u8>, Option<Vec<u8>>);
+
+/// An open database of some engine. Shared by the workload's threads.
+pub trait Engine: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// An unsynced put.
+    fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()>;
+    fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>>;
+    fn delete(&self, key: &[u8]) -> BenchResult<()>;
+    /// Applies `ops` atomically, durably on return if `sync`.
+    fn write_batch(&self, ops: &[BatchOp], sync: bool) -> BenchResult<()>;
+    /// Visits keys >= `from` in order, at most `limit` of them, while `f`
+    /// returns true. Returns the number visited.
+    fn scan(
+        &self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> BenchResult<usize>;
+    /// Makes everything written so far durable and settled (flush
+    /// memtables); called between phases.
+    fn flush(&self) -> BenchResult<()>;
+}
+
+/// Engines this build can run.
+pub fn available() -> Vec<&'static str> {
+    let mut v = vec!["cairndb"];
+    v.extend_from_slice(super::peers::COMPILED);
+    v
+}
+
+/// Opens (creating) a database of engine `name` in `dir`.
+pub fn open(name: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<Box<dyn Engine>> {
+    match name {
+        "cairndb" => Ok(Box::new(CairnEngine::open(dir, cfg)?)),
+        other => super::peers::open(other, dir, cfg).unwrap_or_else(|| {
+            Err(format!(
+                "engine {other} is not in this build (available: {}; peers need their cargo feature)",
+                available().join(", ")
+            )
+            .into())
+        }),
+    }
+}
+
+/// CairnDB with options sized like the peers'.
+pub struct CairnEngine {
+    db: cairndb::Db,
+}
+
+impl CairnEngine {
+    pub fn open(dir: &Path, cfg: &EngineConfig) -> BenchResult<Self> {
+        let opts = cairndb::Options {
+            block_cache_bytes: cfg.cache_bytes,
+            memtable_bytes: cfg.write_buffer_bytes,
+            ..cairndb::Options::default()
+        };
+        Ok(CairnEngine {
+            db: cairndb::Db::open(dir, opts)?,
+        })
+    }
+}
+
+impl Engine for CairnEngine {
+    fn name(&self) -> &'static str {
+        "cairndb"
+    }
+    fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()> {
+        Ok(self.db.put(key, value)?)
+    }
+    fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+        Ok(self.db.get(key)?)
+    }
+    fn delete(&self, key: &[u8]) -> BenchResult<()> {
+        Ok(self.db.delete(key)?)
+    }
+    fn write_batch(&self, ops: &[BatchOp], sync: bool) -> BenchResult<()> {
+        let mut b = cairndb::WriteBatch::new();
+        for (k, v) in ops {
+            match v {
+                Some(v) => b.put(k, v)?,
+                None => b.delete(k)?,
+            }
+        }
+        Ok(self.db.write(b, &cairndb::WriteOptions { sync })?)
+    }
+    fn scan(
+        &self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> BenchResult<usize> {
+        let mut n = 0;
+        for kv in self.db.range(from..) {
+            if n >= limit {
+                break;
+            }
+            let (k, v) = kv?;
+            n += 1;
+            if !f(&k, &v) {
+                break;
+            }
+        }
+        Ok(n)
+    }
+    fn flush(&self) -> BenchResult<()> {
+        Ok(self.db.flush()?)
+    }
+}

@@ -1,0 +1,338 @@
+//! `cairn bench`: device limits, workloads, peers, timelines.
+//!
+//! Every figure this tool prints is meant to be read as a ratio within one
+//! run: an engine against the device limits measured first in the same run
+//! (`device`), and engines against each other on the same workload
+//! (`engine`). Absolute numbers on shared virtual machines are noise.
+//!
+//! Modules:
+//! - `device`: direct-IO probes of the disk under the scratch directory.
+//! - `engine`: the `Engine` trait and adapters (CairnDB; peers behind cargo
+//!   features).
+//! - `workloads`: dbbench, synctx, ycsb, contest.
+//! - `monitor`: the per-second timeline (ops, MB/s, CPU, disk, RSS).
+//! - `report`: the summary table, JSON lines, plots.
+
+pub mod device;
+pub mod engine;
+pub mod monitor;
+pub mod peers;
+pub mod report;
+pub mod workloads;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Errors in the bench tool: anything printable.
+pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
+pub type BenchResult<T> = Result<T, BenchError>;
+
+/// Counters a running phase bumps and the monitor samples every second.
+#[derive(Default)]
+pub struct Progress {
+    /// Operations completed (puts, gets, scanned keys, batches, ...).
+    pub ops: AtomicU64,
+    /// User bytes moved (keys + values written or read).
+    pub bytes: AtomicU64,
+}
+
+impl Progress {
+    pub fn add(&self, ops: u64, bytes: u64) {
+        self.ops.fetch_add(ops, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    pub fn reset(&self) {
+        self.ops.store(0, Ordering::Relaxed);
+        self.bytes.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Outcome of one phase of one workload on one engine.
+#[derive(Debug, Clone, Default)]
+pub struct Row {
+    pub engine: String,
+    pub workload: String,
+    pub phase: String,
+    /// Operations done and the wall time they took.
+    pub ops: u64,
+    pub secs: f64,
+    /// User bytes moved in the phase.
+    pub user_bytes: u64,
+    /// `None` if verification passed; the reason otherwise (a FAIL row).
+    pub failure: Option<String>,
+    /// The device limit this phase is compared with: (name, bytes/s or
+    /// ops/s in the same unit as `rate()` of the phase).
+    pub limit: Option<(String, f64)>,
+    /// Device bytes written / user bytes written (from /proc/diskstats).
+    pub write_amp: Option<f64>,
+    /// Bytes on disk / live user bytes, after the phase.
+    pub space_amp: Option<f64>,
+    /// Peak resident set size of the process so far, bytes.
+    pub peak_rss: Option<u64>,
+    /// Longest second without progress during the phase, if any stalled.
+    pub stalls: u64,
+    /// Latency percentiles in microseconds, where measured: (p50, p99).
+    pub latency_us: Option<(f64, f64)>,
+    /// Unit of `rate()`: "ops/s" or "MB/s".
+    pub unit: &'static str,
+}
+
+impl Row {
+    /// Throughput in the row's unit.
+    pub fn rate(&self) -> f64 {
+        let secs = self.secs.max(1e-9);
+        if self.unit == "MB/s" {
+            self.user_bytes as f64 / secs / 1e6
+        } else {
+            self.ops as f64 / secs
+        }
+    }
+    /// Throughput over the device limit, if one applies.
+    pub fn ratio(&self) -> Option<f64> {
+        self.limit.as_ref().map(|(_, l)| self.rate() / l.max(1e-9))
+    }
+}
+
+/// `cairn bench` arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Workloads to run, comma-separated: dbbench, synctx, ycsb, contest.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "dbbench,synctx,ycsb,contest"
+    )]
+    pub workloads: Vec<String>,
+    /// Engines to run side by side, comma-separated (peers need their
+    /// cargo feature): cairndb, rocksdb, lmdb, fjall, redb, sled.
+    #[arg(long, value_delimiter = ',', default_value = "cairndb")]
+    pub engines: Vec<String>,
+    /// Worker threads for multi-threaded phases.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// dbbench: number of keys.
+    #[arg(long, default_value_t = 500_000)]
+    pub num: u64,
+    /// dbbench: value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub value_size: usize,
+    /// synctx: batches per phase.
+    #[arg(long, default_value_t = 10_000)]
+    pub synctx_batches: u64,
+    /// synctx: concurrent committers in the second phase.
+    #[arg(long, default_value_t = 8)]
+    pub committers: usize,
+    /// ycsb: records loaded.
+    #[arg(long, default_value_t = 100_000)]
+    pub ycsb_records: u64,
+    /// ycsb: operations per workload.
+    #[arg(long, default_value_t = 100_000)]
+    pub ycsb_ops: u64,
+    /// contest: keys (4 KiB values each). The contest proper wants at least
+    /// 4 GiB of data under a 2 GiB cap: `--contest-keys 1048576
+    /// --mem-cap-mib 2048`.
+    #[arg(long, default_value_t = 262_144)]
+    pub contest_keys: u64,
+    /// contest: memory left for engine plus page cache, in MiB (a balloon
+    /// holds the rest); 0 disables the cap.
+    #[arg(long, default_value_t = 512)]
+    pub mem_cap_mib: u64,
+    /// Cache budget given to every engine, in MiB.
+    #[arg(long, default_value_t = 64)]
+    pub cache_mib: usize,
+    /// Parent of the scratch directory (created, then removed).
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+    /// Where results (JSON lines, plots) go; a run-<time> directory is
+    /// created inside.
+    #[arg(long, default_value = "bench-results")]
+    pub out: std::path::PathBuf,
+    /// Size of the device probe file, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub probe_mib: u64,
+    /// Seconds per device probe point.
+    #[arg(long, default_value_t = 1.0)]
+    pub probe_secs: f64,
+    /// Skip the device probe (ratios are then not printed).
+    #[arg(long)]
+    pub no_device: bool,
+    /// Tiny sizes everywhere: a smoke run for CI.
+    #[arg(long)]
+    pub smoke: bool,
+    /// No per-second timeline lines.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Seed for key choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl BenchArgs {
+    fn apply_smoke(&mut self) {
+        if self.smoke {
+            self.num = self.num.min(20_000);
+            self.synctx_batches = self.synctx_batches.min(200);
+            self.ycsb_records = self.ycsb_records.min(5_000);
+            self.ycsb_ops = self.ycsb_ops.min(5_000);
+            self.contest_keys = self.contest_keys.min(4_096);
+            self.mem_cap_mib = 0;
+            self.probe_mib = self.probe_mib.min(64);
+            self.probe_secs = self.probe_secs.min(0.2);
+        }
+    }
+}
+
+/// Removes the scratch directory however the run ends.
+struct Scratch(std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the selected workloads on the selected engines, after probing the
+/// device, and prints, saves and plots the results. Fails if any phase
+/// failed verification.
+pub fn run(mut args: BenchArgs) -> BenchResult<()> {
+    args.apply_smoke();
+    for e in &args.engines {
+        if !engine::available().contains(&e.as_str()) {
+            return Err(format!(
+                "engine {e} is not in this build (available: {})",
+                engine::available().join(", ")
+            )
+            .into());
+        }
+    }
+    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let scratch = Scratch(parent.join(format!("cairn-bench-{}", std::process::id())));
+    std::fs::create_dir_all(&scratch.0)?;
+    let disk = monitor::disk_for_path(&scratch.0);
+    println!(
+        "cairn bench: workloads {:?} on engines {:?}, {} threads, scratch {} (disk {})",
+        args.workloads,
+        args.engines,
+        args.threads,
+        scratch.0.display(),
+        disk.as_deref().unwrap_or("unknown")
+    );
+
+    let device = if args.no_device {
+        device::DeviceLimits::default()
+    } else {
+        let probe_dir = scratch.0.join("probe");
+        std::fs::create_dir_all(&probe_dir)?;
+        let d = device::probe(
+            &probe_dir,
+            &device::ProbeOptions {
+                threads: args.threads,
+                file_bytes: args.probe_mib << 20,
+                secs_per_point: args.probe_secs,
+            },
+        )?;
+        let _ = std::fs::remove_dir_all(&probe_dir);
+        device::print(&d);
+        d
+    };
+
+    let cfg = engine::EngineConfig {
+        cache_bytes: args.cache_mib << 20,
+        ..engine::EngineConfig::default()
+    };
+    let mut rows = Vec::new();
+    let mut timelines = Vec::new();
+    for workload in &args.workloads {
+        for engine_name in &args.engines {
+            let root = scratch.0.join(format!("{engine_name}-{workload}"));
+            let mut ctx =
+                workloads::Ctx::new(engine_name, cfg.clone(), root, disk.clone(), args.quiet);
+            let result = match workload.as_str() {
+                "dbbench" => workloads::dbbench::run(
+                    &mut ctx,
+                    &workloads::dbbench::Config {
+                        num: args.num,
+                        threads: args.threads,
+                        key_len: 16,
+                        value_len: args.value_size,
+                        seed: args.seed,
+                    },
+                    &device,
+                ),
+                "synctx" => workloads::synctx::run(
+                    &mut ctx,
+                    &workloads::synctx::Config {
+                        batches: args.synctx_batches,
+                        keys_per_batch: 100,
+                        value_len: 100,
+                        key_space: 1_000_000,
+                        committers: args.committers,
+                        seed: args.seed,
+                    },
+                    &device,
+                ),
+                "ycsb" => workloads::ycsb::run(
+                    &mut ctx,
+                    &workloads::ycsb::Config {
+                        records: args.ycsb_records,
+                        ops: args.ycsb_ops,
+                        threads: args.threads,
+                        value_len: 1024,
+                        seed: args.seed,
+                    },
+                ),
+                "contest" => workloads::contest::run(
+                    &mut ctx,
+                    &workloads::contest::Config {
+                        keys: args.contest_keys,
+                        threads: args.threads.max(1),
+                        value_len: 4096,
+                        mem_cap: args.mem_cap_mib << 20,
+                        seed: args.seed,
+                    },
+                    &device,
+                ),
+                other => Err(format!("unknown workload {other}").into()),
+            };
+            if let Err(e) = result {
+                ctx.rows.push(Row {
+                    engine: engine_name.clone(),
+                    workload: workload.clone(),
+                    phase: "setup".into(),
+                    failure: Some(e.to_string()),
+                    unit: "ops/s",
+                    ..Row::default()
+                });
+            }
+            rows.append(&mut ctx.rows);
+            timelines.append(&mut ctx.timelines);
+        }
+    }
+
+    report::print_summary(&device, &rows);
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let out = args.out.join(format!("run-{stamp}"));
+    std::fs::create_dir_all(&out)?;
+    report::write_jsonl(&out.join("results.jsonl"), &device, &rows)?;
+    report::plot(&out, &timelines, &rows)?;
+    println!("results: {}", out.display());
+    let failed: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            r.failure
+                .as_ref()
+                .map(|f| format!("{}/{}/{}: {f}", r.engine, r.workload, r.phase))
+        })
+        .collect();
+    if !failed.is_empty() {
+        return Err(format!(
+            "{} phase(s) FAILED:\n  {}",
+            failed.len(),
+            failed.join("\n  ")
+        )
+        .into());
+    }
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! LMDB through `heed`.
+//!
+//! Configuration: one environment with a 64 GiB virtual map (grows lazily;
+//! only touched pages cost disk), one unnamed database of bytes -> bytes,
+//! read transactions without thread-local slots (`read_txn_without_tls`),
+//! 1024 reader slots. LMDB has no compression and no cache of its own: it
+//! reads through the OS page cache, so `cache_bytes` cannot be applied and
+//! LMDB effectively gets every free page of RAM (unfair in its favour on
+//! reads; see the bench report). It has no write buffer either.
+//!
+//! Sync semantics: the environment is opened with `MDB_NOSYNC`. Every put,
+//! delete and batch is its own write transaction; its commit `write()`s the
+//! dirty pages and the meta page into the file (the env does not use
+//! `WRITE_MAP`), so a committed transaction survives a process crash, but
+//! not an OS crash or power loss (which may even lose or tear the last
+//! transactions). `write_batch(.., sync = true)` commits and then calls
+//! `mdb_env_sync(force)` (`Env::force_sync`), an fdatasync of the data
+//! file, so the batch and everything before it are durable on return.
+//! Without `NO_SYNC` every commit would fsync, which is LMDB's synced mode;
+//! using that for unsynced puts would hold LMDB to a stricter rule than
+//! the others. LMDB serializes all writers on one lock: concurrent writers
+//! queue instead of overlapping (that is the engine, not the adapter).
+
+use crate::bench::BenchResult;
+use crate::bench::engine::{BatchOp, Engine, EngineConfig};
+use heed::types::Bytes;
+use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
+use std::ops::Bound;
+use std::path::Path;
+
+pub struct LmdbEngine {
+    env: Env<WithoutTls>,
+    db: Database<'static, Bytes, Bytes>,
+}
+
+impl LmdbEngine {
+    pub fn open(dir: &Path, _cfg: &EngineConfig) -> BenchResult<Self> {
+        std::fs::create_dir_all(dir)?;
+        let mut opts = EnvOpenOptions::new().read_txn_without_tls();
+        opts.map_size(64 << 30).max_readers(1024).max_dbs(1);
+        // SAFETY: the directory is ours alone for the run and no other
+        // process opens it; NO_SYNC is documented above.
+        let env = unsafe {
+            opts.flags(EnvFlags::NO_SYNC);
+            opts.open(dir)?
+        };
+        let wtxn = env.write_txn()?;
+        let db = env
+            .create_databases_and_commit(wtxn, |wdo, wtxn| -> Result<_, heed::Error> {
+                let db = wdo.create_database::<Bytes, Bytes>(wtxn, None)?;
+                Ok(CommitOrAbort::<_, ()>::Commit(db))
+            })?
+            .unwrap_commit();
+        Ok(LmdbEngine { env, db })
+    }
+}
+
+impl Engine for LmdbEngine {
+    fn name(&self) -> &'static str {
+        "lmdb"
+    }
+    fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()> {
+        let mut wtxn = self.env.write_txn()?;
+        self.db.put(&mut wtxn, key, value)?;
+        Ok(wtxn.commit()?)
+    }
+    fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+        let rtxn = self.env.read_txn()?;
+        Ok(self.db.get(&rtxn, key)?.map(<[u8]>::to_vec))
+    }
+    fn delete(&self, key: &[u8]) -> BenchResult<()> {
+        let mut wtxn = self.env.write_txn()?;
+        self.db.delete(&mut wtxn, key)?;
+        Ok(wtxn.commit()?)
+    }
+    fn write_batch(&self, ops: &[BatchOp], sync: bool) -> BenchResult<()> {
+        let mut wtxn = self.env.write_txn()?;
+        for (k, v) in ops {
+            match v {
+                Some(v) => self.db.put(&mut wtxn, k, v)?,
+                None => {
+                    self.db.delete(&mut wtxn, k)?;
+                }
+            }
+        }
+        wtxn.commit()?;
+        if sync {
+            self.env.force_sync()?;
+        }
+        Ok(())
+    }
+    fn scan(
+        &self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> BenchResult<usize> {
+        let rtxn = self.env.read_txn()?;
+        // LMDB rejects empty keys, even as a range bound.
+        let start = if from.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Included(from)
+        };
+        let range: (Bound<&[u8]>, Bound<&[u8]>) = (start, Bound::Unbounded);
+        let mut n = 0;
+        for kv in self.db.range(&rtxn, &range)? {
+            if n >= limit {
+                break;
+            }
+            let (k, v) = kv?;
+            n += 1;
+            if !f(k, v) {
+                break;
+            }
+        }
+        Ok(n)
+    }
+    fn flush(&self) -> BenchResult<()> {
+        Ok(self.env.force_sync()?)
+    }
+}

@@ -1,0 +1,87 @@
+//! sled 0.34 (the last stable release; 1.0 is still alpha).
+//!
+//! Configuration: `sled::Config` with `cache_capacity(cache_bytes)`, the
+//! default tree, no compression (the crate is built without its
+//! `compression` feature), the default `flush_every_ms(500)`. sled has no
+//! separate write buffer setting.
+//!
+//! Sync semantics: sled's log is buffered in the process; a background
+//! thread writes and fsyncs it every 500 ms. Unsynced puts, deletes and
+//! batches are therefore lost on a process crash if they are younger than
+//! ~500 ms: weaker than the fairness rule, and sled offers nothing between
+//! that and a full `flush()` (write + fsync). `write_batch(.., sync =
+//! true)` applies the batch atomically (`apply_batch`) and then calls
+//! `Db::flush()`, which makes it and everything before it durable;
+//! `flush()` does the same.
+
+use crate::bench::BenchResult;
+use crate::bench::engine::{BatchOp, Engine, EngineConfig};
+use std::path::Path;
+
+pub struct SledEngine {
+    db: ::sled::Db,
+}
+
+impl SledEngine {
+    pub fn open(dir: &Path, cfg: &EngineConfig) -> BenchResult<Self> {
+        let db = ::sled::Config::new()
+            .path(dir)
+            .cache_capacity(cfg.cache_bytes as u64)
+            .open()?;
+        Ok(SledEngine { db })
+    }
+}
+
+impl Engine for SledEngine {
+    fn name(&self) -> &'static str {
+        "sled"
+    }
+    fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()> {
+        self.db.insert(key, value)?;
+        Ok(())
+    }
+    fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+        Ok(self.db.get(key)?.map(|v| v.to_vec()))
+    }
+    fn delete(&self, key: &[u8]) -> BenchResult<()> {
+        self.db.remove(key)?;
+        Ok(())
+    }
+    fn write_batch(&self, ops: &[BatchOp], sync: bool) -> BenchResult<()> {
+        let mut b = ::sled::Batch::default();
+        for (k, v) in ops {
+            match v {
+                Some(v) => b.insert(k.as_slice(), v.as_slice()),
+                None => b.remove(k.as_slice()),
+            }
+        }
+        self.db.apply_batch(b)?;
+        if sync {
+            self.db.flush()?;
+        }
+        Ok(())
+    }
+    fn scan(
+        &self,
+        from: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> BenchResult<usize> {
+        let mut n = 0;
+        for kv in self.db.range(from..) {
+            if n >= limit {
+                break;
+            }
+            let (k, v) = kv?;
+            n += 1;
+            if !f(&k, &v) {
+                break;
+            }
+        }
+        Ok(n)
+    }
+    fn flush(&self) -> BenchResult<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+}

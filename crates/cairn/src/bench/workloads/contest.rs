@@ -1,0 +1,217 @@
+//! `contest`: the PolarDB-2018 engine contest workload, scaled.
+//!
+//! 8-byte keys, 4 KiB incompressible values, T threads. Phases: write (each
+//! thread writes its share of the keys, in random order); close the engine;
+//! drop the page cache; reopen; random read of every key once (each thread
+//! its share, one read at a time); every thread scans the whole key space
+//! in order, twice. The scan phase counts the data once per pass: all
+//! threads scan everything, so the floor is one sequential read of the
+//! data per pass.
+//!
+//! Like the original (2 GB of memory, page cache included, for 256 GB of
+//! data), the phases run under a memory cap smaller than the data: a
+//! resident "balloon" allocation holds all other memory, so buffered-IO
+//! engines are measured from the device, not from RAM.
+//!
+//! Not yet as the issue asks: the read phases run in the same process
+//! after the engine is closed and reopened, not in a fresh process.
+
+use super::{Ctx, Outcome, Rng, check_value, key_index, make_key, make_value, parallel};
+use crate::bench::BenchResult;
+use crate::bench::device::DeviceLimits;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub keys: u64,
+    pub threads: usize,
+    pub value_len: usize,
+    /// Memory for engine plus page cache, bytes; 0 disables the balloon.
+    pub mem_cap: u64,
+    pub seed: u64,
+}
+
+/// A bijective mix of the key number, so keys are random 8-byte values
+/// (as in the contest) yet every key can be named by its number.
+fn key_of(i: u64) -> u64 {
+    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Writes back dirty pages and drops the page cache; false if not allowed
+/// (not root, or no /proc/sys/vm/drop_caches).
+pub fn drop_page_cache() -> bool {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", b"3\n").is_ok()
+}
+
+/// Memory held resident so that only `cap` bytes remain for the engine
+/// and the page cache. Released on drop.
+pub struct Balloon {
+    _pages: Vec<u8>,
+    pub bytes: u64,
+}
+
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+impl Balloon {
+    /// Inflates to leave about `cap` bytes available; `None` if the
+    /// machine already has less than `cap` available.
+    pub fn inflate(cap: u64) -> Option<Balloon> {
+        let available = mem_available()?;
+        let bytes = available.checked_sub(cap)?;
+        let mut pages = vec![0u8; usize::try_from(bytes).ok()?];
+        // Touch every page so the memory is really resident (no swap here).
+        for i in (0..pages.len()).step_by(4096) {
+            pages[i] = 1;
+        }
+        std::hint::black_box(&pages);
+        Some(Balloon {
+            _pages: pages,
+            bytes,
+        })
+    }
+}
+
+pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
+    let n = cfg.keys.max(1);
+    let threads = cfg.threads.max(1) as u64;
+    let vl = cfg.value_len;
+    let entry = (8 + vl) as u64;
+    let data = n * entry;
+    let balloon = (cfg.mem_cap > 0)
+        .then(|| Balloon::inflate(cfg.mem_cap))
+        .flatten();
+    if !ctx.quiet || balloon.is_some() {
+        println!(
+            "contest: {n} keys, {:.0} MiB of data, memory cap {} MiB ({})",
+            data as f64 / (1 << 20) as f64,
+            cfg.mem_cap >> 20,
+            match &balloon {
+                Some(b) => format!("balloon of {} MiB holds the rest", b.bytes >> 20),
+                None => "no balloon: cap disabled or not enough memory".into(),
+            }
+        );
+    }
+
+    ctx.fresh()?;
+    ctx.phase(
+        "contest",
+        "write",
+        "MB/s",
+        Some(("seq write".into(), dev.seq_write / 1e6)),
+        |db, p| {
+            parallel(threads as usize, |t| {
+                let mut rng = Rng::new(cfg.seed + t as u64);
+                let mine: Vec<u64> = (t as u64..n).step_by(threads as usize).collect();
+                let mut order = mine;
+                for i in (1..order.len()).rev() {
+                    order.swap(i, rng.below(i as u64 + 1) as usize);
+                }
+                for i in order {
+                    let k = key_of(i);
+                    db.put(&make_key(k, 8), &make_value(k, 0, vl))?;
+                    p.add(1, entry);
+                }
+                Ok(())
+            })?;
+            db.flush()?;
+            Ok(Outcome {
+                ops: n,
+                user_bytes: data,
+                written_bytes: data,
+                ..Outcome::default()
+            })
+        },
+    );
+    ctx.flush_and_measure_space(data)?;
+    ctx.close();
+    let dropped = drop_page_cache();
+    println!(
+        "contest: page cache {}",
+        if dropped {
+            "dropped"
+        } else {
+            "NOT dropped (needs root)"
+        }
+    );
+    ctx.reopen()?;
+
+    let read_limit = Some((format!("4K rand read x{threads}"), dev.rand_read_4k / 1e6));
+    ctx.phase("contest", "read", "MB/s", read_limit, |db, p| {
+        parallel(threads as usize, |t| {
+            let mut rng = Rng::new(cfg.seed + 1000 + t as u64);
+            let mut order: Vec<u64> = (t as u64..n).step_by(threads as usize).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            for i in order {
+                let k = key_of(i);
+                let v = db
+                    .get(&make_key(k, 8))?
+                    .ok_or_else(|| format!("key {k:#x} is missing"))?;
+                check_value(k, &v)?;
+                p.add(1, entry);
+            }
+            Ok(())
+        })?;
+        Ok(Outcome {
+            ops: n,
+            user_bytes: data,
+            ..Outcome::default()
+        })
+    });
+
+    drop_page_cache();
+    let passes = 2u64;
+    let scan_limit = Some(("1M seq read".into(), dev.seq_read_1m / 1e6));
+    ctx.phase("contest", "range", "MB/s", scan_limit, |db, p| {
+        parallel(threads as usize, |_| {
+            for pass in 0..passes {
+                let mut prev: Option<u64> = None;
+                let mut seen = 0u64;
+                let mut bad = None;
+                db.scan(&[], usize::MAX, &mut |key, v| {
+                    let r = key_index(key)
+                        .filter(|&k| prev.is_none_or(|p| k > p))
+                        .ok_or_else(|| format!("pass {pass}: scan out of order after {seen} keys"))
+                        .and_then(|k| check_value(k, v).map(|()| k));
+                    match r {
+                        Ok(k) => {
+                            prev = Some(k);
+                            seen += 1;
+                            // Data is counted once per pass, not per thread.
+                            p.add(1, entry / threads);
+                            true
+                        }
+                        Err(e) => {
+                            bad = Some(e);
+                            false
+                        }
+                    }
+                })?;
+                if let Some(e) = bad {
+                    return Err(e.into());
+                }
+                if seen != n {
+                    return Err(format!("pass {pass}: scan saw {seen} of {n} keys").into());
+                }
+            }
+            Ok(())
+        })?;
+        Ok(Outcome {
+            ops: n * passes,
+            user_bytes: data * passes,
+            ..Outcome::default()
+        })
+    });
+    drop(balloon);
+    Ok(())
+}

@@ -1,0 +1,283 @@
+//! `dbbench`: LevelDB/RocksDB db_bench's classic phases with 16-byte keys
+//! and 100-byte values (both sizes are flags).
+//!
+//! Phases, in order: fillseq (fresh database, keys in order), fillrandom
+//! (fresh database, every key once in random order), overwrite (random
+//! keys with replacement), readrandom, readseq, seekrandom (seek + next
+//! 100), readwhilewriting (readers while one writer overwrites),
+//! deleterandom. Reads verify every value (`check_value`); readrandom and
+//! readseq also require every key to be present.
+
+use super::{
+    Ctx, Outcome, Rng, check_value, key_index, make_key, make_value, parallel, percentiles,
+};
+use crate::bench::BenchResult;
+use crate::bench::device::DeviceLimits;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub num: u64,
+    pub threads: usize,
+    pub key_len: usize,
+    pub value_len: usize,
+    pub seed: u64,
+}
+
+/// Progress is published every this many operations.
+const TICK: u64 = 64;
+
+pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
+    let n = cfg.num.max(1);
+    let (kl, vl) = (cfg.key_len, cfg.value_len);
+    let entry = (kl + vl) as u64;
+    let write_limit = Some(("seq write".to_owned(), dev.seq_write / 1e6));
+    let read_limit = Some((
+        format!("4K rand read IOPS x{}", cfg.threads),
+        dev.rand_read_4k / 4096.0,
+    ));
+    let scan_limit = Some(("1M seq read".to_owned(), dev.seq_read_1m / 1e6));
+
+    ctx.fresh()?;
+    ctx.phase(
+        "dbbench",
+        "fillseq",
+        "MB/s",
+        write_limit.clone(),
+        |db, p| {
+            for i in 0..n {
+                db.put(&make_key(i, kl), &make_value(i, 0, vl))?;
+                if i % TICK == TICK - 1 {
+                    p.add(TICK, TICK * entry);
+                }
+            }
+            Ok(Outcome {
+                ops: n,
+                user_bytes: n * entry,
+                written_bytes: n * entry,
+                ..Outcome::default()
+            })
+        },
+    );
+
+    ctx.fresh()?;
+    let mut order: Vec<u64> = (0..n).collect();
+    let mut rng = Rng::new(cfg.seed);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    ctx.phase(
+        "dbbench",
+        "fillrandom",
+        "MB/s",
+        write_limit.clone(),
+        |db, p| {
+            for (j, &i) in order.iter().enumerate() {
+                db.put(&make_key(i, kl), &make_value(i, 0, vl))?;
+                if j as u64 % TICK == TICK - 1 {
+                    p.add(TICK, TICK * entry);
+                }
+            }
+            Ok(Outcome {
+                ops: n,
+                user_bytes: n * entry,
+                written_bytes: n * entry,
+                ..Outcome::default()
+            })
+        },
+    );
+    drop(order);
+
+    ctx.phase("dbbench", "overwrite", "MB/s", write_limit, |db, p| {
+        let mut rng = Rng::new(cfg.seed + 1);
+        for j in 0..n {
+            let i = rng.below(n);
+            db.put(&make_key(i, kl), &make_value(i, 1, vl))?;
+            if j % TICK == TICK - 1 {
+                p.add(TICK, TICK * entry);
+            }
+        }
+        Ok(Outcome {
+            ops: n,
+            user_bytes: n * entry,
+            written_bytes: n * entry,
+            ..Outcome::default()
+        })
+    });
+    ctx.flush_and_measure_space(n * entry)?;
+
+    let threads = cfg.threads.max(1);
+    ctx.phase(
+        "dbbench",
+        "readrandom",
+        "ops/s",
+        read_limit.clone(),
+        |db, p| {
+            let per = n / threads as u64;
+            let results = parallel(threads, |t| {
+                let mut rng = Rng::new(cfg.seed + 100 + t as u64);
+                let mut lat = Vec::with_capacity(per as usize);
+                for j in 0..per {
+                    let i = rng.below(n);
+                    let start = Instant::now();
+                    let v = db.get(&make_key(i, kl))?;
+                    lat.push(start.elapsed().as_nanos() as u64);
+                    match v {
+                        Some(v) => check_value(i, &v)?,
+                        None => return Err(format!("key {i} is missing").into()),
+                    }
+                    if j % TICK == TICK - 1 {
+                        p.add(TICK, TICK * entry);
+                    }
+                }
+                Ok(lat)
+            })?;
+            let ops = per * threads as u64;
+            let lat: Vec<u64> = results.into_iter().flatten().collect();
+            Ok(Outcome {
+                ops,
+                user_bytes: ops * entry,
+                latency_us: percentiles(lat),
+                ..Outcome::default()
+            })
+        },
+    );
+
+    ctx.phase("dbbench", "readseq", "MB/s", scan_limit, |db, p| {
+        let mut seen = 0u64;
+        let mut failure = None;
+        db.scan(&[], usize::MAX, &mut |k, v| {
+            let ok = key_index(k)
+                .filter(|&i| i == seen)
+                .ok_or_else(|| format!("scan out of order or incomplete at position {seen}"))
+                .and_then(|i| check_value(i, v));
+            if let Err(e) = ok {
+                failure = Some(e);
+                return false;
+            }
+            seen += 1;
+            if seen.is_multiple_of(TICK) {
+                p.add(TICK, TICK * entry);
+            }
+            true
+        })?;
+        if failure.is_none() && seen != n {
+            failure = Some(format!("scan saw {seen} of {n} keys"));
+        }
+        Ok(Outcome {
+            ops: seen,
+            user_bytes: seen * entry,
+            failure,
+            ..Outcome::default()
+        })
+    });
+
+    ctx.phase(
+        "dbbench",
+        "seekrandom",
+        "ops/s",
+        read_limit.clone(),
+        |db, p| {
+            let seeks = (n / 10).max(1) / threads as u64;
+            parallel(threads, |t| {
+                let mut rng = Rng::new(cfg.seed + 200 + t as u64);
+                for _ in 0..seeks {
+                    let from = rng.below(n);
+                    let mut next = from;
+                    let mut bad = None;
+                    db.scan(&make_key(from, kl), 100, &mut |k, v| {
+                        let r = key_index(k)
+                            .filter(|&i| i >= next)
+                            .ok_or("seek scan out of order".to_owned());
+                        match r.and_then(|i| check_value(i, v).map(|()| i)) {
+                            Ok(i) => {
+                                next = i + 1;
+                                true
+                            }
+                            Err(e) => {
+                                bad = Some(e);
+                                false
+                            }
+                        }
+                    })?;
+                    if let Some(e) = bad {
+                        return Err(e.into());
+                    }
+                    p.add(1, 0);
+                }
+                Ok(())
+            })?;
+            let ops = seeks * threads as u64;
+            Ok(Outcome {
+                ops,
+                ..Outcome::default()
+            })
+        },
+    );
+
+    ctx.phase(
+        "dbbench",
+        "readwhilewriting",
+        "ops/s",
+        read_limit,
+        |db, p| {
+            let done = AtomicBool::new(false);
+            let per = n / threads as u64;
+            let (reads, writes) = std::thread::scope(|s| {
+                let writer = s.spawn(|| -> BenchResult<u64> {
+                    let mut rng = Rng::new(cfg.seed + 300);
+                    let mut w = 0u64;
+                    while !done.load(Ordering::Relaxed) {
+                        let i = rng.below(n);
+                        db.put(&make_key(i, kl), &make_value(i, 2, vl))?;
+                        w += 1;
+                    }
+                    Ok(w)
+                });
+                let readers = parallel(threads, |t| {
+                    let mut rng = Rng::new(cfg.seed + 400 + t as u64);
+                    for j in 0..per {
+                        let i = rng.below(n);
+                        match db.get(&make_key(i, kl))? {
+                            Some(v) => check_value(i, &v)?,
+                            None => return Err(format!("key {i} is missing").into()),
+                        }
+                        if j % TICK == TICK - 1 {
+                            p.add(TICK, TICK * entry);
+                        }
+                    }
+                    Ok(per)
+                });
+                done.store(true, Ordering::Relaxed);
+                let writes = writer.join().map_err(|_| "writer panicked");
+                (readers, writes)
+            });
+            let ops = reads?.iter().sum::<u64>();
+            let writes = writes??;
+            Ok(Outcome {
+                ops,
+                user_bytes: ops * entry,
+                written_bytes: writes * entry,
+                ..Outcome::default()
+            })
+        },
+    );
+
+    ctx.phase("dbbench", "deleterandom", "ops/s", None, |db, p| {
+        let mut rng = Rng::new(cfg.seed + 500);
+        for j in 0..n {
+            db.delete(&make_key(rng.below(n), kl))?;
+            if j % TICK == TICK - 1 {
+                p.add(TICK, TICK * kl as u64);
+            }
+        }
+        Ok(Outcome {
+            ops: n,
+            user_bytes: n * kl as u64,
+            written_bytes: n * kl as u64,
+            ..Outcome::default()
+        })
+    });
+    Ok(())
+}

@@ -1,0 +1,384 @@
+//! Workloads and what they share: self-verifying values, the phase runner
+//! (monitor + row), key generators.
+//!
+//! Every value a workload writes can be checked when read back without
+//! remembering it: it carries the key's index and a CRC-32C of itself
+//! (`make_value` / `check_value`). A read that fails the check, a missing
+//! key that must exist, or a scan out of order turns the phase into a FAIL
+//! row instead of a figure.
+
+pub mod contest;
+pub mod dbbench;
+pub mod synctx;
+pub mod ycsb;
+
+use super::engine::{self, Engine, EngineConfig};
+use super::monitor::{self, Monitor, Sample};
+use super::{BenchResult, Progress, Row};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Everything a workload needs to run phases on one engine.
+pub struct Ctx {
+    /// Engine name, as `engine::open` takes it.
+    pub engine_name: String,
+    pub engine_cfg: EngineConfig,
+    /// The open database (`None` between `fresh`/`reopen` steps).
+    engine: Option<Arc<dyn Engine>>,
+    /// Scratch directory of this engine; databases live in subdirectories.
+    pub root: PathBuf,
+    /// Directory of the current database.
+    pub dir: PathBuf,
+    generation: u32,
+    pub progress: Arc<Progress>,
+    pub disk: Option<String>,
+    pub quiet: bool,
+    /// Rows and timelines produced so far.
+    pub rows: Vec<Row>,
+    pub timelines: Vec<(String, Vec<Sample>)>,
+}
+
+/// What a phase reports back to the runner.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub ops: u64,
+    /// User bytes moved (read or written).
+    pub user_bytes: u64,
+    /// User bytes written (for write amplification), if the phase writes.
+    pub written_bytes: u64,
+    pub failure: Option<String>,
+    pub latency_us: Option<(f64, f64)>,
+}
+
+impl Ctx {
+    pub fn new(
+        engine_name: &str,
+        engine_cfg: EngineConfig,
+        root: PathBuf,
+        disk: Option<String>,
+        quiet: bool,
+    ) -> Self {
+        Ctx {
+            engine_name: engine_name.to_owned(),
+            engine_cfg,
+            engine: None,
+            dir: root.join("db0"),
+            root,
+            generation: 0,
+            progress: Arc::new(Progress::default()),
+            disk,
+            quiet,
+            rows: Vec::new(),
+            timelines: Vec::new(),
+        }
+    }
+
+    /// The open engine.
+    pub fn db(&self) -> BenchResult<Arc<dyn Engine>> {
+        self.engine
+            .clone()
+            .ok_or_else(|| "no database is open".into())
+    }
+
+    /// Closes and deletes the current database and opens an empty one.
+    pub fn fresh(&mut self) -> BenchResult<()> {
+        self.engine = None;
+        let _ = std::fs::remove_dir_all(&self.dir);
+        self.generation += 1;
+        self.dir = self.root.join(format!("db{}", self.generation));
+        self.engine = Some(Arc::from(engine::open(
+            &self.engine_name,
+            &self.dir,
+            &self.engine_cfg,
+        )?));
+        Ok(())
+    }
+
+    /// Closes the current database and opens it again.
+    pub fn reopen(&mut self) -> BenchResult<()> {
+        self.engine = None;
+        self.engine = Some(Arc::from(engine::open(
+            &self.engine_name,
+            &self.dir,
+            &self.engine_cfg,
+        )?));
+        Ok(())
+    }
+
+    /// Closes the current database (its files stay).
+    pub fn close(&mut self) {
+        self.engine = None;
+    }
+
+    /// Flushes, then records bytes on disk / `live_bytes` as the space
+    /// amplification of the last row.
+    pub fn flush_and_measure_space(&mut self, live_bytes: u64) -> BenchResult<()> {
+        self.db()?.flush()?;
+        let disk = monitor::dir_bytes(&self.dir);
+        if let Some(row) = self.rows.last_mut() {
+            row.space_amp = Some(disk as f64 / live_bytes.max(1) as f64);
+        }
+        Ok(())
+    }
+
+    /// Runs one phase under the monitor and records its row.
+    pub fn phase(
+        &mut self,
+        workload: &str,
+        phase: &str,
+        unit: &'static str,
+        limit: Option<(String, f64)>,
+        f: impl FnOnce(&Arc<dyn Engine>, &Arc<Progress>) -> BenchResult<Outcome>,
+    ) -> &Row {
+        let name = self
+            .engine
+            .as_ref()
+            .map_or(self.engine_name.as_str(), |e| e.name());
+        let label = format!("{name}/{workload}/{phase}");
+        self.progress.reset();
+        let monitor = Monitor::start(&label, self.progress.clone(), self.disk.clone(), self.quiet);
+        let start = Instant::now();
+        let outcome = match self.db() {
+            Ok(db) => f(&db, &self.progress),
+            Err(e) => Err(e),
+        };
+        let outcome = outcome.unwrap_or_else(|e| Outcome {
+            failure: Some(format!("error: {e}")),
+            ..Outcome::default()
+        });
+        let secs = start.elapsed().as_secs_f64();
+        if outcome.written_bytes > 0 {
+            // Count the phase's writeback in its device bytes (not in its
+            // time): otherwise short phases leave their writes in the page
+            // cache and show no amplification at all.
+            // SAFETY: sync(2) takes no arguments and cannot fail.
+            unsafe { libc::sync() };
+        }
+        let stats = monitor.stop();
+        let write_amp = (outcome.written_bytes > 0 && self.disk.is_some())
+            .then(|| stats.disk_write_bytes as f64 / outcome.written_bytes as f64);
+        self.rows.push(Row {
+            engine: self.engine_name.clone(),
+            workload: workload.to_owned(),
+            phase: phase.to_owned(),
+            ops: outcome.ops,
+            secs,
+            user_bytes: outcome.user_bytes,
+            failure: outcome.failure,
+            limit,
+            write_amp,
+            space_amp: None,
+            peak_rss: Some(stats.peak_rss),
+            stalls: stats.stalled_seconds,
+            latency_us: outcome.latency_us,
+            unit,
+        });
+        self.timelines.push((label, stats.samples));
+        let row = self.rows.last();
+        row.expect("a row was just pushed")
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        self.engine = None;
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Key `i` as a fixed-width big-endian integer padded to `len` bytes, so
+/// key order is index order.
+pub fn make_key(i: u64, len: usize) -> Vec<u8> {
+    let mut k = vec![0u8; len.max(8)];
+    let at = k.len() - 8;
+    k[at..].copy_from_slice(&i.to_be_bytes());
+    k.truncate(len.max(8));
+    k
+}
+
+/// The index a key made by `make_key` encodes.
+pub fn key_index(key: &[u8]) -> Option<u64> {
+    let at = key.len().checked_sub(8)?;
+    Some(u64::from_be_bytes(key[at..].try_into().ok()?))
+}
+
+/// A value of `len` bytes (>= 16) for key index `i`, version `version`:
+/// index (8) | version (4) | pseudo-random fill | CRC-32C of all before (4).
+/// Fill bytes do not compress.
+pub fn make_value(i: u64, version: u32, len: usize) -> Vec<u8> {
+    let len = len.max(16);
+    let mut v = vec![0u8; len];
+    v[..8].copy_from_slice(&i.to_le_bytes());
+    v[8..12].copy_from_slice(&version.to_le_bytes());
+    let mut x =
+        i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(version).rotate_left(32) ^ 0x5851_f42d;
+    for chunk in v[12..len - 4].chunks_mut(8) {
+        x ^= x >> 30;
+        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x ^= x >> 27;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    let crc = crc32c::crc32c(&v[..len - 4]);
+    v[len - 4..].copy_from_slice(&crc.to_le_bytes());
+    v
+}
+
+/// Checks a value read for key index `i`; `Err(reason)` if it is not a
+/// value `make_value` wrote for that key.
+pub fn check_value(i: u64, v: &[u8]) -> Result<(), String> {
+    if v.len() < 16 {
+        return Err(format!("key {i}: value of {} bytes is too short", v.len()));
+    }
+    let (body, crc) = v.split_at(v.len() - 4);
+    if crc32c::crc32c(body).to_le_bytes() != crc {
+        return Err(format!("key {i}: value checksum mismatch"));
+    }
+    let idx = u64::from_le_bytes(body[..8].try_into().map_err(|_| "short")?);
+    if idx != i {
+        return Err(format!("key {i}: value belongs to key {idx}"));
+    }
+    Ok(())
+}
+
+/// A fast seeded generator (splitmix64); workloads need many random numbers
+/// per operation and reproducible sequences per thread.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x2545_f491_4f6c_dd1d)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n.max(1))) >> 64) as u64
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Zipfian choice over `0..n` with exponent `theta` (YCSB's generator, after
+/// Gray et al., "Quickly generating billion-record synthetic databases"),
+/// scrambled by a hash so hot items are spread over the key space.
+pub struct Zipf {
+    n: u64,
+    theta: f64,
+    alpha: f64,
+    zetan: f64,
+    eta: f64,
+}
+
+impl Zipf {
+    pub fn new(n: u64, theta: f64) -> Self {
+        let n = n.max(1);
+        let zeta = |k: u64| (1..=k).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
+        let zetan = zeta(n);
+        let zeta2 = zeta(2.min(n));
+        let alpha = 1.0 / (1.0 - theta);
+        let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
+        Zipf {
+            n,
+            theta,
+            alpha,
+            zetan,
+            eta,
+        }
+    }
+    /// The rank (0 = hottest) of the next item.
+    pub fn rank(&self, rng: &mut Rng) -> u64 {
+        let u = rng.unit();
+        let uz = u * self.zetan;
+        if uz < 1.0 {
+            return 0;
+        }
+        if uz < 1.0 + 0.5f64.powf(self.theta) {
+            return 1.min(self.n - 1);
+        }
+        let r = (self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
+        r.min(self.n - 1)
+    }
+    /// The next item, scrambled over `0..n`.
+    pub fn next(&self, rng: &mut Rng) -> u64 {
+        let r = self.rank(rng);
+        // FNV-1a over the rank's bytes, then reduced to the range.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in r.to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        h % self.n
+    }
+}
+
+/// p50 and p99 of latencies in nanoseconds, in microseconds.
+pub fn percentiles(mut ns: Vec<u64>) -> Option<(f64, f64)> {
+    if ns.is_empty() {
+        return None;
+    }
+    ns.sort_unstable();
+    let at = |q: f64| ns[((ns.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
+    Some((at(0.5), at(0.99)))
+}
+
+/// Runs `f(thread_index)` on `threads` threads; the first error wins.
+pub fn parallel<T: Send>(
+    threads: usize,
+    f: impl Fn(usize) -> BenchResult<T> + Sync,
+) -> BenchResult<Vec<T>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.max(1))
+            .map(|t| {
+                let f = &f;
+                s.spawn(move || f(t))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(handles.len());
+        for h in handles {
+            out.push(h.join().map_err(|_| "a workload thread panicked")??);
+        }
+        Ok(out)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_verify_and_damage_is_caught() {
+        let v = make_value(42, 3, 100);
+        assert_eq!(v.len(), 100);
+        assert!(check_value(42, &v).is_ok());
+        assert!(check_value(43, &v).is_err());
+        let mut bad = v.clone();
+        bad[50] ^= 1;
+        assert!(check_value(42, &bad).is_err());
+        assert_eq!(key_index(&make_key(7, 16)), Some(7));
+        assert!(make_key(1, 16) < make_key(256, 16));
+    }
+
+    #[test]
+    fn zipf_is_skewed_and_in_range() {
+        let z = Zipf::new(10_000, 0.99);
+        let mut rng = Rng::new(1);
+        let mut hits = vec![0u32; 10_000];
+        for _ in 0..200_000 {
+            hits[z.rank(&mut rng) as usize] += 1;
+        }
+        // rank 0 is by far the most popular; the tail is still reached
+        assert!(hits[0] > hits[100] * 20, "{} vs {}", hits[0], hits[100]);
+        assert!(hits[5000..].iter().any(|&h| h > 0));
+        for _ in 0..1000 {
+            assert!(z.next(&mut rng) < 10_000);
+        }
+    }
+}
