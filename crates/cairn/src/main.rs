@@ -35,6 +35,9 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Load, read back, scan and recover a database in a scratch directory.
     Demo(DemoArgs),
+    /// (internal) the contest's read phases, in a fresh process.
+    #[command(hide = true)]
+    ContestRead(bench::workloads::contest::ReadArgs),
     /// (internal) fill a database without closing it, then wait to be killed.
     #[command(hide = true)]
     FillAndWait { dir: PathBuf, keys: u64 },
@@ -263,6 +266,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Cmd::Bench(a) => bench::run(a).map_err(|e| e as Box<dyn std::error::Error>),
+        Cmd::ContestRead(a) => {
+            bench::workloads::contest::read_main(a).map_err(|e| e as Box<dyn std::error::Error>)
+        }
         Cmd::Demo(a) => demo(a),
         Cmd::FillAndWait { dir, keys } => fill_and_wait(&dir, keys),
     };

@@ -18,6 +18,7 @@ pub mod engine;
 pub mod monitor;
 pub mod peers;
 pub mod report;
+pub mod wire;
 pub mod workloads;
 
 use std::sync::atomic::{AtomicU64, Ordering};

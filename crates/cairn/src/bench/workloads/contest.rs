@@ -13,12 +13,17 @@
 //! resident "balloon" allocation holds all other memory, so buffered-IO
 //! engines are measured from the device, not from RAM.
 //!
-//! Not yet as the issue asks: the read phases run in the same process
-//! after the engine is closed and reopened, not in a fresh process.
+//! The read phases run in a fresh process (`cairn contest-read`, hidden),
+//! as in the contest, where the engine was killed between phases: nothing
+//! the writer process cached survives. The child reports its rows and
+//! timelines back as JSON (`bench::wire`).
 
 use super::{Ctx, Outcome, Rng, check_value, key_index, make_key, make_value, parallel};
-use crate::bench::BenchResult;
 use crate::bench::device::DeviceLimits;
+use crate::bench::engine::EngineConfig;
+use crate::bench::{BenchResult, wire};
+use std::path::PathBuf;
+use std::process::Command;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -142,7 +147,133 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
             "NOT dropped (needs root)"
         }
     );
-    ctx.reopen()?;
+    let child = read_in_child(ctx, cfg, dev);
+    drop(balloon);
+    child
+}
+
+/// Runs the read and range phases in a fresh `cairn contest-read`
+/// process on the database the write phase left, and adds its rows.
+fn read_in_child(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
+    let result = ctx.root.join("contest-read.json");
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg("contest-read")
+        .arg("--engine")
+        .arg(&ctx.engine_name)
+        .arg("--dir")
+        .arg(&ctx.dir)
+        .arg("--result")
+        .arg(&result)
+        .arg("--keys")
+        .arg(cfg.keys.to_string())
+        .arg("--threads")
+        .arg(cfg.threads.to_string())
+        .arg("--value-len")
+        .arg(cfg.value_len.to_string())
+        .arg("--seed")
+        .arg(cfg.seed.to_string())
+        .arg("--cache-bytes")
+        .arg(ctx.engine_cfg.cache_bytes.to_string())
+        .arg("--write-buffer-bytes")
+        .arg(ctx.engine_cfg.write_buffer_bytes.to_string())
+        .arg("--rand-read-4k")
+        .arg(dev.rand_read_4k.to_string())
+        .arg("--seq-read-1m")
+        .arg(dev.seq_read_1m.to_string());
+    if let Some(d) = &ctx.disk {
+        cmd.arg("--disk").arg(d);
+    }
+    if ctx.quiet {
+        cmd.arg("--quiet");
+    }
+    let status = cmd.status()?;
+    if !status.success() {
+        return Err(format!("contest-read child failed: {status}").into());
+    }
+    let text = std::fs::read_to_string(&result)?;
+    let v: serde_json::Value = serde_json::from_str(&text)?;
+    for r in v["rows"].as_array().into_iter().flatten() {
+        ctx.rows.push(wire::row_from_json(r)?);
+    }
+    for t in v["timelines"].as_array().into_iter().flatten() {
+        let label = t["label"].as_str().unwrap_or("?").to_owned();
+        ctx.timelines
+            .push((label, wire::samples_from_json(&t["samples"])));
+    }
+    Ok(())
+}
+
+/// `cairn contest-read`: the contest's read phases in a fresh process.
+#[derive(clap::Args, Debug)]
+pub struct ReadArgs {
+    #[arg(long)]
+    engine: String,
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    result: PathBuf,
+    #[arg(long)]
+    keys: u64,
+    #[arg(long)]
+    threads: usize,
+    #[arg(long)]
+    value_len: usize,
+    #[arg(long)]
+    seed: u64,
+    #[arg(long)]
+    cache_bytes: usize,
+    #[arg(long)]
+    write_buffer_bytes: usize,
+    #[arg(long)]
+    rand_read_4k: f64,
+    #[arg(long)]
+    seq_read_1m: f64,
+    #[arg(long)]
+    disk: Option<String>,
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Entry point of `cairn contest-read`.
+pub fn read_main(args: ReadArgs) -> BenchResult<()> {
+    let cfg = Config {
+        keys: args.keys,
+        threads: args.threads,
+        value_len: args.value_len,
+        mem_cap: 0,
+        seed: args.seed,
+    };
+    let dev = DeviceLimits {
+        rand_read_4k: args.rand_read_4k,
+        seq_read_1m: args.seq_read_1m,
+        ..DeviceLimits::default()
+    };
+    let engine_cfg = EngineConfig {
+        cache_bytes: args.cache_bytes,
+        write_buffer_bytes: args.write_buffer_bytes,
+    };
+    let mut ctx = Ctx::attach(&args.engine, engine_cfg, args.dir, args.disk, args.quiet)?;
+    read_phases(&mut ctx, &cfg, &dev);
+    let timelines: Vec<_> = ctx
+        .timelines
+        .iter()
+        .map(|(label, s)| serde_json::json!({"label": label, "samples": wire::samples_to_json(s)}))
+        .collect();
+    let out = serde_json::json!({
+        "rows": ctx.rows.iter().map(wire::row_to_json).collect::<Vec<_>>(),
+        "timelines": timelines,
+    });
+    std::fs::write(&args.result, out.to_string())?;
+    Ok(())
+}
+
+/// Random read of every key once, then every thread scans all keys twice.
+fn read_phases(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) {
+    let n = cfg.keys.max(1);
+    let threads = cfg.threads.max(1) as u64;
+    let vl = cfg.value_len;
+    let entry = (8 + vl) as u64;
+    let data = n * entry;
 
     let read_limit = Some((format!("4K rand read x{threads}"), dev.rand_read_4k / 1e6));
     ctx.phase("contest", "read", "MB/s", read_limit, |db, p| {
@@ -212,6 +343,4 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
             ..Outcome::default()
         })
     });
-    drop(balloon);
-    Ok(())
 }

@@ -31,6 +31,8 @@ pub struct Ctx {
     /// Directory of the current database.
     pub dir: PathBuf,
     generation: u32,
+    /// Whether dropping this context deletes `root`.
+    owns_root: bool,
     pub progress: Arc<Progress>,
     pub disk: Option<String>,
     pub quiet: bool,
@@ -66,12 +68,29 @@ impl Ctx {
             dir: root.join("db0"),
             root,
             generation: 0,
+            owns_root: true,
             progress: Arc::new(Progress::default()),
             disk,
             quiet,
             rows: Vec::new(),
             timelines: Vec::new(),
         }
+    }
+
+    /// A context on the existing database at `dir`, opened now; dropping it
+    /// leaves the files (for a child process working on its parent's data).
+    pub fn attach(
+        engine_name: &str,
+        engine_cfg: EngineConfig,
+        dir: PathBuf,
+        disk: Option<String>,
+        quiet: bool,
+    ) -> BenchResult<Self> {
+        let mut ctx = Ctx::new(engine_name, engine_cfg, dir.clone(), disk, quiet);
+        ctx.owns_root = false;
+        ctx.dir = dir;
+        ctx.reopen()?;
+        Ok(ctx)
     }
 
     /// The open engine.
@@ -183,7 +202,9 @@ impl Ctx {
 impl Drop for Ctx {
     fn drop(&mut self) {
         self.engine = None;
-        let _ = std::fs::remove_dir_all(&self.root);
+        if self.owns_root {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
     }
 }
 
