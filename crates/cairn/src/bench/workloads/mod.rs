@@ -150,6 +150,8 @@ impl Ctx {
         limit: Option<(String, f64)>,
         f: impl FnOnce(&Arc<dyn Engine>, &Arc<Progress>) -> BenchResult<Outcome>,
     ) -> &Row {
+        // A limit of 0 was not measured (`--no-device`): no ratio then.
+        let limit = limit.filter(|(_, l)| *l > 0.0);
         let name = self
             .engine
             .as_ref()
