@@ -35,6 +35,9 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Load, read back, scan and recover a database in a scratch directory.
     Demo(DemoArgs),
+    /// (internal) hold memory resident until stdin closes (memory cap).
+    #[command(hide = true)]
+    Balloon { bytes: u64 },
     /// (internal) the contest's read phases, in a fresh process.
     #[command(hide = true)]
     ContestRead(bench::workloads::contest::ReadArgs),
@@ -266,6 +269,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Cmd::Bench(a) => bench::run(a).map_err(|e| e as Box<dyn std::error::Error>),
+        Cmd::Balloon { bytes } => bench::workloads::contest::balloon_main(bytes)
+            .map_err(|e| e as Box<dyn std::error::Error>),
         Cmd::ContestRead(a) => {
             bench::workloads::contest::read_main(a).map_err(|e| e as Box<dyn std::error::Error>)
         }

@@ -22,8 +22,9 @@ use super::{Ctx, Outcome, Rng, check_value, key_index, make_key, make_value, par
 use crate::bench::device::DeviceLimits;
 use crate::bench::engine::EngineConfig;
 use crate::bench::{BenchResult, wire};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -53,9 +54,12 @@ pub fn drop_page_cache() -> bool {
 }
 
 /// Memory held resident so that only `cap` bytes remain for the engine
-/// and the page cache. Released on drop.
+/// and the page cache. The allocation lives in a child process (`cairn
+/// balloon`): if memory runs out, the kernel's OOM killer picks that
+/// largest process rather than the benchmark, and the run reports that the
+/// cap was lost instead of dying. Released on drop.
 pub struct Balloon {
-    _pages: Vec<u8>,
+    child: Child,
     pub bytes: u64,
 }
 
@@ -68,21 +72,50 @@ fn mem_available() -> Option<u64> {
 
 impl Balloon {
     /// Inflates to leave about `cap` bytes available; `None` if the
-    /// machine already has less than `cap` available.
+    /// machine already has less than `cap` available or the child fails.
     pub fn inflate(cap: u64) -> Option<Balloon> {
-        let available = mem_available()?;
-        let bytes = available.checked_sub(cap)?;
-        let mut pages = vec![0u8; usize::try_from(bytes).ok()?];
-        // Touch every page so the memory is really resident (no swap here).
-        for i in (0..pages.len()).step_by(4096) {
-            pages[i] = 1;
-        }
-        std::hint::black_box(&pages);
-        Some(Balloon {
-            _pages: pages,
-            bytes,
-        })
+        let bytes = mem_available()?.checked_sub(cap)?;
+        let mut child = Command::new(std::env::current_exe().ok()?)
+            .arg("balloon")
+            .arg(bytes.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .ok()?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take()?)
+            .read_line(&mut line)
+            .ok()?;
+        (line.trim() == "inflated").then_some(Balloon { child, bytes })
     }
+
+    /// False if the balloon process died (the memory cap is gone).
+    pub fn holding(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Balloon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `cairn balloon BYTES`: allocates and touches BYTES, says "inflated",
+/// and holds them until its standard input closes.
+pub fn balloon_main(bytes: u64) -> BenchResult<()> {
+    let mut pages = vec![0u8; usize::try_from(bytes)?];
+    // Touch every page so the memory is really resident (no swap here).
+    for i in (0..pages.len()).step_by(4096) {
+        pages[i] = 1;
+    }
+    std::hint::black_box(&pages);
+    println!("inflated");
+    std::io::stdout().flush()?;
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    Ok(())
 }
 
 pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
@@ -148,7 +181,14 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         }
     );
     let child = read_in_child(ctx, cfg, dev);
-    drop(balloon);
+    if let Some(mut b) = balloon
+        && !b.holding()
+    {
+        let lost = "the memory-cap balloon died (OOM?): figures are not under the cap";
+        for row in ctx.rows.iter_mut().filter(|r| r.workload == "contest") {
+            row.failure.get_or_insert_with(|| lost.to_owned());
+        }
+    }
     child
 }
 
