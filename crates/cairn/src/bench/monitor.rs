@@ -202,19 +202,17 @@ pub fn dir_bytes(path: &Path) -> u64 {
     entries.flatten().map(|e| dir_bytes(&e.path())).sum()
 }
 
-/// A progress bar on stderr for a long phase of `total` steps; hidden (all
-/// calls are no-ops) when stderr is not a terminal, as in CI.
-#[allow(dead_code)] // API for long phases (loads).
-pub fn progress_bar(label: &str, total: u64) -> indicatif::ProgressBar {
-    if !std::io::stderr().is_terminal() {
+/// The live status line of a quiet phase: a spinner with the latest
+/// second's figures, redrawn in place; hidden (all calls are no-ops) when
+/// not quiet or when stderr is not a terminal, as in CI.
+fn status_line(quiet: bool) -> indicatif::ProgressBar {
+    if !quiet || !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }
-    let style = indicatif::ProgressStyle::with_template(
-        "{prefix} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} ({per_sec}, eta {eta})",
-    )
-    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-    let bar = indicatif::ProgressBar::new(total).with_style(style);
-    bar.set_prefix(label.to_owned());
+    let style = indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner());
+    let bar = indicatif::ProgressBar::new_spinner().with_style(style);
+    bar.enable_steady_tick(Duration::from_millis(200));
     bar
 }
 
@@ -314,6 +312,9 @@ struct Sampler {
     progress: Arc<Progress>,
     disk: Option<String>,
     quiet: bool,
+    /// With `quiet`, a one-line live status on a terminal instead of a
+    /// line per second (hidden when stderr is not a terminal).
+    bar: indicatif::ProgressBar,
     tick: f64,
     start: Snapshot,
     prev: Snapshot,
@@ -342,6 +343,8 @@ impl Sampler {
         if !self.quiet {
             let mut err = std::io::stderr().lock();
             let _ = writeln!(err, "{}", format_line(&self.label, &s, partial));
+        } else {
+            self.bar.set_message(format_line(&self.label, &s, partial));
         }
         self.samples.push(s);
         self.prev = now;
@@ -366,6 +369,7 @@ impl Sampler {
         if self.prev.at.elapsed() >= Duration::from_millis(50) || self.samples.is_empty() {
             self.sample(true);
         }
+        self.bar.finish_and_clear();
         let end = self.prev;
         PhaseStats {
             stalled_seconds: self.samples.iter().filter(|s| s.stalled).count() as u64,
@@ -393,12 +397,16 @@ impl Monitor {
         disk: Option<String>,
         quiet: bool,
     ) -> Monitor {
+        // Reset the kernel's peak-RSS mark (VmHWM) so each phase reports
+        // its own peak, not the process's; needs Linux >= 4.0.
+        let _ = std::fs::write("/proc/self/clear_refs", b"5");
         let start = Snapshot::take(&progress, disk.as_deref());
         let sampler = Sampler {
             label: label.to_owned(),
             progress,
             disk,
             quiet,
+            bar: status_line(quiet),
             tick: ticks_per_sec(),
             start,
             prev: start,

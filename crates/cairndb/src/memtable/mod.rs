@@ -94,25 +94,85 @@ impl Memtable {
         })
     }
 
-    /// Up to `max` entries after `from` (or from the start), in order.
-    pub fn chunk_forward(&self, from: Bound<&IKey>, max: usize, out: &mut Vec<(Vec<u8>, Vec<u8>)>) {
+    /// Copies out, in order from `from`, the newest version with seqno <=
+    /// `snapshot` of each user key (a tombstone included), up to `max` of
+    /// them; older and invisible versions are skipped without copying
+    /// their values. Returns where to resume (`Included` of the first entry
+    /// not yet looked at), or `None` at the end of the memtable.
+    pub fn visible_forward(
+        &self,
+        from: Bound<&IKey>,
+        snapshot: u64,
+        max: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Option<Bound<Vec<u8>>> {
+        // The last version copied out; its user key's older versions are
+        // skipped.
+        let mut last: Option<crossbeam_skiplist::map::Entry<'_, IKey, Box<[u8]>>> = None;
         let range = self.map.range((from, Bound::Unbounded));
-        out.extend(
-            range
-                .take(max)
-                .map(|e| (e.key().0.to_vec(), e.value().to_vec())),
-        );
+        for e in range {
+            let ikey: &[u8] = &e.key().0;
+            let Some((user, tag)) = key::split(ikey) else {
+                continue;
+            };
+            if last
+                .as_ref()
+                .is_some_and(|l| key::user_key(&l.key().0) == user)
+            {
+                continue;
+            }
+            if out.len() >= max {
+                return Some(Bound::Included(ikey.to_vec()));
+            }
+            if key::tag_seqno(tag) > snapshot {
+                continue;
+            }
+            out.push((ikey.to_vec(), e.value().to_vec()));
+            last = Some(e);
+        }
+        None
     }
 
-    /// Up to `max` entries before `to` (or from the end), in reverse order.
-    pub fn chunk_backward(&self, to: Bound<&IKey>, max: usize, out: &mut Vec<(Vec<u8>, Vec<u8>)>) {
+    /// Like [`Memtable::visible_forward`], backward from `to`: entries in
+    /// reverse order, each user key represented by its newest version
+    /// with seqno <= `snapshot`.
+    pub fn visible_backward(
+        &self,
+        to: Bound<&IKey>,
+        snapshot: u64,
+        max: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Option<Bound<Vec<u8>>> {
+        // Backward, a user key's versions come oldest first: the newest
+        // visible one is known only when the user key changes.
+        let mut candidate = None;
         let range = self.map.range((Bound::Unbounded, to));
-        out.extend(
-            range
-                .rev()
-                .take(max)
-                .map(|e| (e.key().0.to_vec(), e.value().to_vec())),
-        );
+        for e in range.rev() {
+            let ikey: &[u8] = &e.key().0;
+            let Some((user, tag)) = key::split(ikey) else {
+                continue;
+            };
+            let new_user = candidate.as_ref().is_some_and(
+                |c: &crossbeam_skiplist::map::Entry<'_, IKey, Box<[u8]>>| {
+                    key::user_key(&c.key().0) != user
+                },
+            );
+            if new_user {
+                if let Some(c) = candidate.take() {
+                    out.push((c.key().0.to_vec(), c.value().to_vec()));
+                }
+                if out.len() >= max {
+                    return Some(Bound::Included(ikey.to_vec()));
+                }
+            }
+            if key::tag_seqno(tag) <= snapshot {
+                candidate = Some(e);
+            }
+        }
+        if let Some(c) = candidate {
+            out.push((c.key().0.to_vec(), c.value().to_vec()));
+        }
+        None
     }
 
     /// Visits every entry in order (for flushing).
@@ -154,10 +214,31 @@ mod tests {
         assert_eq!(m.get(b"k", 9), Some(Lookup::Found(b"v5".to_vec())));
         assert_eq!(m.get(b"kk", 9), None);
         assert_eq!(m.max_seqno(), Some(5));
+        // Cursors see one version per user key: the newest visible one.
+        let seqnos = |out: &[(Vec<u8>, Vec<u8>)]| -> Vec<(Vec<u8>, u64)> {
+            out.iter()
+                .map(|(k, _)| {
+                    let (u, t) = key::split(k).expect("ikey");
+                    (u.to_vec(), key::tag_seqno(t))
+                })
+                .collect()
+        };
         let mut out = Vec::new();
-        m.chunk_backward(Bound::Unbounded, 10, &mut out);
-        assert_eq!(out.len(), 4);
-        assert_eq!(key::user_key(&out[0].0), b"k");
-        assert_eq!(key::user_key(&out[3].0), b"j");
+        assert_eq!(m.visible_backward(Bound::Unbounded, 9, 10, &mut out), None);
+        assert_eq!(seqnos(&out), vec![(b"k".to_vec(), 5), (b"j".to_vec(), 2)]);
+        out.clear();
+        assert_eq!(m.visible_forward(Bound::Unbounded, 4, 10, &mut out), None);
+        assert_eq!(seqnos(&out), vec![(b"j".to_vec(), 2), (b"k".to_vec(), 3)]);
+        out.clear();
+        assert_eq!(m.visible_backward(Bound::Unbounded, 1, 10, &mut out), None);
+        assert_eq!(seqnos(&out), vec![(b"k".to_vec(), 1)]);
+        // A chunk stops at `max` and says where to resume.
+        out.clear();
+        let resume = m.visible_forward(Bound::Unbounded, 9, 1, &mut out);
+        assert_eq!(seqnos(&out), vec![(b"j".to_vec(), 2)]);
+        assert_eq!(
+            resume,
+            Some(Bound::Included(key::encode(b"k", key::make_tag(5, 1))))
+        );
     }
 }

@@ -44,67 +44,78 @@ impl Cursor for TableCursor {
     }
 }
 
-/// Entries copied out of the memtable per skiplist seek.
-const MEM_CHUNK: usize = 64;
+/// Entries copied out of the memtable by the first skiplist seek, and the
+/// most copied by any later one: chunks start small, because short scans
+/// (seek + a few keys) are common and large values make copies costly,
+/// and double up to the maximum for long scans.
+const MEM_CHUNK_FIRST: usize = 4;
+const MEM_CHUNK_MAX: usize = 64;
 
-/// A cursor over a memtable. It copies entries out in chunks, re-seeking
-/// after the last copied key, so it holds no borrow of the skiplist.
+/// A cursor over a memtable as seen by one snapshot. It copies entries
+/// out in chunks and resumes each chunk where the last stopped, so it holds
+/// no borrow of the skiplist. Of each user key it yields only the newest
+/// version the snapshot can see (a tombstone included): the older ones
+/// could never be chosen by the iterator above, and with hot keys
+/// overwritten in place they can outnumber the live keys many times over.
 pub struct MemCursor {
     mem: Arc<Memtable>,
     dir: Dir,
-    start: Option<Vec<u8>>,
+    snapshot: u64,
+    /// Where the next chunk starts; `None` once the memtable is exhausted.
+    resume: Option<Bound<Vec<u8>>>,
     chunk: Vec<(Vec<u8>, Vec<u8>)>,
+    chunk_len: usize,
     pos: Option<usize>,
-    done: bool,
 }
 
 impl MemCursor {
-    pub fn new(mem: Arc<Memtable>, dir: Dir, start: Option<Vec<u8>>) -> Self {
+    pub fn new(mem: Arc<Memtable>, dir: Dir, start: Option<Vec<u8>>, snapshot: u64) -> Self {
         MemCursor {
             mem,
             dir,
-            start,
+            snapshot,
+            resume: Some(start.map_or(Bound::Unbounded, Bound::Included)),
             chunk: Vec::new(),
+            chunk_len: MEM_CHUNK_FIRST,
             pos: None,
-            done: false,
         }
     }
 }
 
 impl Cursor for MemCursor {
     fn advance(&mut self) -> Result<bool> {
-        if self.done {
-            return Ok(false);
-        }
         if let Some(p) = self.pos
             && p + 1 < self.chunk.len()
         {
             self.pos = Some(p + 1);
             return Ok(true);
         }
-        let after = match self.pos {
-            Some(p) => Some((IKey(self.chunk[p].0.clone().into_boxed_slice()), false)),
-            None => self
-                .start
-                .take()
-                .map(|s| (IKey(s.into_boxed_slice()), true)),
-        };
-        let bound = match &after {
-            Some((k, true)) => Bound::Included(k),
-            Some((k, false)) => Bound::Excluded(k),
-            None => Bound::Unbounded,
-        };
-        let mut chunk = std::mem::take(&mut self.chunk);
-        chunk.clear();
-        match self.dir {
-            Dir::Forward => self.mem.chunk_forward(bound, MEM_CHUNK, &mut chunk),
-            Dir::Backward => self.mem.chunk_backward(bound, MEM_CHUNK, &mut chunk),
-        }
-        self.chunk = chunk;
-        if self.chunk.is_empty() {
-            self.done = true;
-            self.pos = None;
-            return Ok(false);
+        self.pos = None;
+        self.chunk.clear();
+        while self.chunk.is_empty() {
+            let Some(resume) = self.resume.take() else {
+                return Ok(false);
+            };
+            let key = match &resume {
+                Bound::Included(k) | Bound::Excluded(k) => Some(IKey(k.clone().into_boxed_slice())),
+                Bound::Unbounded => None,
+            };
+            let bound = match (&resume, &key) {
+                (Bound::Included(_), Some(k)) => Bound::Included(k),
+                (Bound::Excluded(_), Some(k)) => Bound::Excluded(k),
+                _ => Bound::Unbounded,
+            };
+            self.resume = match self.dir {
+                Dir::Forward => {
+                    self.mem
+                        .visible_forward(bound, self.snapshot, self.chunk_len, &mut self.chunk)
+                }
+                Dir::Backward => {
+                    self.mem
+                        .visible_backward(bound, self.snapshot, self.chunk_len, &mut self.chunk)
+                }
+            };
+            self.chunk_len = (self.chunk_len * 2).min(MEM_CHUNK_MAX);
         }
         self.pos = Some(0);
         Ok(true)

@@ -67,7 +67,12 @@ impl Iter {
         let v = &self.view;
         let mut children: Vec<Box<dyn Cursor>> = Vec::new();
         for mem in std::iter::once(&v.mem).chain(v.sealed.iter()) {
-            children.push(Box::new(MemCursor::new(mem.clone(), dir, start.clone())));
+            children.push(Box::new(MemCursor::new(
+                mem.clone(),
+                dir,
+                start.clone(),
+                self.snapshot,
+            )));
         }
         for file in &v.version.levels[0] {
             let table = v.tables.get(file)?;
