@@ -97,12 +97,10 @@ impl Row {
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Workloads to run, comma-separated: dbbench, synctx, ycsb, contest.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "dbbench,synctx,ycsb,contest"
-    )]
-    pub workloads: Vec<String>,
+    /// Without it, the default suite runs all four, with `contest` scaled
+    /// down (1 GiB under a 512 MiB cap) so the suite takes minutes.
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Option<Vec<String>>,
     /// Engines to run side by side, comma-separated (peers need their
     /// cargo feature): cairndb, rocksdb, lmdb, fjall, redb, sled.
     #[arg(long, value_delimiter = ',', default_value = "cairndb")]
@@ -128,15 +126,15 @@ pub struct BenchArgs {
     /// ycsb: operations per workload.
     #[arg(long, default_value_t = 100_000)]
     pub ycsb_ops: u64,
-    /// contest: keys (4 KiB values each). The contest proper wants at least
-    /// 4 GiB of data under a 2 GiB cap: `--contest-keys 1048576
-    /// --mem-cap-mib 2048`.
-    #[arg(long, default_value_t = 262_144)]
-    pub contest_keys: u64,
+    /// contest: keys (4 KiB values each); default 1,048,576 (4 GiB), or
+    /// 262,144 (1 GiB) in the default suite.
+    #[arg(long)]
+    pub contest_keys: Option<u64>,
     /// contest: memory left for engine plus page cache, in MiB (a balloon
-    /// holds the rest); 0 disables the cap.
-    #[arg(long, default_value_t = 512)]
-    pub mem_cap_mib: u64,
+    /// holds the rest; 0 disables the cap); default 2048, or 512 in the
+    /// default suite.
+    #[arg(long)]
+    pub mem_cap_mib: Option<u64>,
     /// Cache budget given to every engine, in MiB.
     #[arg(long, default_value_t = 64)]
     pub cache_mib: usize,
@@ -168,14 +166,30 @@ pub struct BenchArgs {
 }
 
 impl BenchArgs {
+    /// The workloads to run and the contest's scale: the contest's own
+    /// defaults when workloads were named, the suite's otherwise.
+    fn resolve(&self) -> (Vec<String>, u64, u64) {
+        let suite = self.workloads.is_none();
+        let workloads = self.workloads.clone().unwrap_or_else(|| {
+            ["dbbench", "synctx", "ycsb", "contest"]
+                .map(String::from)
+                .to_vec()
+        });
+        let keys = self
+            .contest_keys
+            .unwrap_or(if suite { 262_144 } else { 1_048_576 });
+        let cap = self.mem_cap_mib.unwrap_or(if suite { 512 } else { 2048 });
+        (workloads, keys, cap)
+    }
+
     fn apply_smoke(&mut self) {
         if self.smoke {
             self.num = self.num.min(20_000);
             self.synctx_batches = self.synctx_batches.min(200);
             self.ycsb_records = self.ycsb_records.min(5_000);
             self.ycsb_ops = self.ycsb_ops.min(5_000);
-            self.contest_keys = self.contest_keys.min(4_096);
-            self.mem_cap_mib = 0;
+            self.contest_keys = Some(self.contest_keys.unwrap_or(4_096).min(4_096));
+            self.mem_cap_mib = Some(0);
             self.probe_mib = self.probe_mib.min(64);
             self.probe_secs = self.probe_secs.min(0.2);
         }
@@ -196,6 +210,7 @@ impl Drop for Scratch {
 /// failed verification.
 pub fn run(mut args: BenchArgs) -> BenchResult<()> {
     args.apply_smoke();
+    let (workload_names, contest_keys, mem_cap_mib) = args.resolve();
     for e in &args.engines {
         if !engine::available().contains(&e.as_str()) {
             return Err(format!(
@@ -211,7 +226,7 @@ pub fn run(mut args: BenchArgs) -> BenchResult<()> {
     let disk = monitor::disk_for_path(&scratch.0);
     println!(
         "cairn bench: workloads {:?} on engines {:?}, {} threads, scratch {} (disk {})",
-        args.workloads,
+        workload_names,
         args.engines,
         args.threads,
         scratch.0.display(),
@@ -242,7 +257,7 @@ pub fn run(mut args: BenchArgs) -> BenchResult<()> {
     };
     let mut rows = Vec::new();
     let mut timelines = Vec::new();
-    for workload in &args.workloads {
+    for workload in &workload_names {
         for engine_name in &args.engines {
             let root = scratch.0.join(format!("{engine_name}-{workload}"));
             let mut ctx =
@@ -284,10 +299,10 @@ pub fn run(mut args: BenchArgs) -> BenchResult<()> {
                 "contest" => workloads::contest::run(
                     &mut ctx,
                     &workloads::contest::Config {
-                        keys: args.contest_keys,
+                        keys: contest_keys,
                         threads: args.threads.max(1),
                         value_len: 4096,
-                        mem_cap: args.mem_cap_mib << 20,
+                        mem_cap: mem_cap_mib << 20,
                         seed: args.seed,
                     },
                     &device,
