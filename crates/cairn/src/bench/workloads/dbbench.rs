@@ -11,8 +11,10 @@
 use super::{
     Ctx, Outcome, Rng, check_value, key_index, make_key, make_value, parallel, percentiles,
 };
-use crate::bench::BenchResult;
 use crate::bench::device::DeviceLimits;
+use crate::bench::engine::Engine;
+use crate::bench::{BenchResult, Progress};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -45,20 +47,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         "fillseq",
         "MB/s",
         write_limit.clone(),
-        |db, p| {
-            for i in 0..n {
-                db.put(&make_key(i, kl), &make_value(i, 0, vl))?;
-                if i % TICK == TICK - 1 {
-                    p.add(TICK, TICK * entry);
-                }
-            }
-            Ok(Outcome {
-                ops: n,
-                user_bytes: n * entry,
-                written_bytes: n * entry,
-                ..Outcome::default()
-            })
-        },
+        |db, p| fill(db, p, (0..n).map(|i| (i, 0)), kl, vl),
     );
 
     ctx.fresh()?;
@@ -72,38 +61,13 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         "fillrandom",
         "MB/s",
         write_limit.clone(),
-        |db, p| {
-            for (j, &i) in order.iter().enumerate() {
-                db.put(&make_key(i, kl), &make_value(i, 0, vl))?;
-                if j as u64 % TICK == TICK - 1 {
-                    p.add(TICK, TICK * entry);
-                }
-            }
-            Ok(Outcome {
-                ops: n,
-                user_bytes: n * entry,
-                written_bytes: n * entry,
-                ..Outcome::default()
-            })
-        },
+        |db, p| fill(db, p, order.iter().map(|&i| (i, 0)), kl, vl),
     );
     drop(order);
 
     ctx.phase("dbbench", "overwrite", "MB/s", write_limit, |db, p| {
         let mut rng = Rng::new(cfg.seed + 1);
-        for j in 0..n {
-            let i = rng.below(n);
-            db.put(&make_key(i, kl), &make_value(i, 1, vl))?;
-            if j % TICK == TICK - 1 {
-                p.add(TICK, TICK * entry);
-            }
-        }
-        Ok(Outcome {
-            ops: n,
-            user_bytes: n * entry,
-            written_bytes: n * entry,
-            ..Outcome::default()
-        })
+        fill(db, p, (0..n).map(|_| (rng.below(n), 1)), kl, vl)
     });
     ctx.flush_and_measure_space(n * entry)?;
 
@@ -280,4 +244,30 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         })
     });
     Ok(())
+}
+
+/// Puts `(key index, version)` pairs one by one: the write phases differ
+/// only in which keys they write.
+fn fill(
+    db: &Arc<dyn Engine>,
+    p: &Arc<Progress>,
+    keys: impl Iterator<Item = (u64, u32)>,
+    kl: usize,
+    vl: usize,
+) -> BenchResult<Outcome> {
+    let entry = (kl + vl) as u64;
+    let mut n = 0u64;
+    for (i, version) in keys {
+        db.put(&make_key(i, kl), &make_value(i, version, vl))?;
+        n += 1;
+        if n.is_multiple_of(TICK) {
+            p.add(TICK, TICK * entry);
+        }
+    }
+    Ok(Outcome {
+        ops: n,
+        user_bytes: n * entry,
+        written_bytes: n * entry,
+        ..Outcome::default()
+    })
 }
