@@ -51,6 +51,11 @@ pub(crate) struct Journal {
     /// `None` once the database is closed.
     pub file: Option<Box<dyn FileWrite>>,
     pub number: u64,
+    /// Set (under this lock) when an append or sync failed: the journal's
+    /// tail is unknown, so nothing may be appended or synced after it.
+    /// Checked by every user of the journal under the same lock, so a
+    /// writer that passed the handle-wide check earlier cannot slip by.
+    pub poisoned: bool,
 }
 
 pub(crate) struct Manifest {
@@ -60,6 +65,9 @@ pub(crate) struct Manifest {
     pub journal_floor: u64,
     /// Highest seqno recorded in any edit.
     pub last_seqno: u64,
+    /// Set (under this lock) when a manifest append, sync or rewrite
+    /// failed: no edit may be appended after an unknown tail.
+    pub poisoned: bool,
 }
 
 #[derive(Default)]
@@ -175,13 +183,22 @@ impl Inner {
             bg.shutdown = true;
             self.bg_cv.notify_all();
         }
+        // Sync unless the journal itself failed: a background failure
+        // elsewhere (a flush, say) leaves the journal sound, and its
+        // unsynced writes must still be made durable. A stored error is
+        // then reported, so close does not claim a clean shutdown.
         let mut journal = self.journal.lock();
-        let poisoned = self.bg.lock().error.is_some();
-        match journal.file.take() {
-            Some(mut f) if !poisoned => f
+        let synced = match journal.file.take() {
+            Some(mut f) if !journal.poisoned => f
                 .sync()
                 .map_err(|e| Error::io("syncing the journal on close", e)),
             _ => Ok(()),
+        };
+        drop(journal);
+        synced?;
+        match &self.bg.lock().error {
+            Some(e) => Err(e.duplicate()),
+            None => Ok(()),
         }
     }
 }

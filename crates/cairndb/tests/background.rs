@@ -16,11 +16,14 @@ struct Probe {
     inner: MemFs,
     syncs: Arc<AtomicU64>,
     fail_tables: Arc<AtomicBool>,
+    /// Fail every sync of a manifest file with EIO.
+    fail_manifest_sync: Arc<AtomicBool>,
 }
 
 struct CountingWrite {
     inner: Box<dyn FileWrite>,
     syncs: Arc<AtomicU64>,
+    fail_sync: Option<Arc<AtomicBool>>,
 }
 
 impl FileWrite for CountingWrite {
@@ -28,6 +31,13 @@ impl FileWrite for CountingWrite {
         self.inner.append(data)
     }
     fn sync(&mut self) -> io::Result<()> {
+        if self
+            .fail_sync
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::SeqCst))
+        {
+            return Err(io::Error::from_raw_os_error(5)); // EIO
+        }
         self.syncs.fetch_add(1, Ordering::SeqCst);
         // A sync that takes time, as on a real device, lets writers queue.
         std::thread::sleep(Duration::from_micros(300));
@@ -47,9 +57,14 @@ impl Fs for Probe {
         if is_table && self.fail_tables.load(Ordering::SeqCst) {
             return Err(io::Error::from_raw_os_error(28)); // ENOSPC
         }
+        let is_manifest = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("MANIFEST-"));
         Ok(Box::new(CountingWrite {
             inner: self.inner.create(path)?,
             syncs: self.syncs.clone(),
+            fail_sync: is_manifest.then(|| self.fail_manifest_sync.clone()),
         }))
     }
     fn open(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
@@ -216,4 +231,71 @@ fn close_then_write_fails_cleanly() {
     let other = db.clone();
     db.close().expect("close");
     assert!(matches!(other.put(b"k", b"v"), Err(Error::Closed)));
+}
+
+/// Regression: close skipped the journal sync after any background error
+/// (here a failed flush) yet returned Ok, so unsynced writes acknowledged
+/// before it were lost by a power cut although close had "succeeded".
+#[test]
+fn close_after_a_background_error_still_syncs_and_reports_it() {
+    let fs = Probe::default();
+    let db = Db::open("/db", opts(&fs)).expect("open");
+    db.put(b"unsynced", b"1").expect("put");
+    fs.fail_tables.store(true, Ordering::SeqCst);
+    assert!(db.flush().is_err(), "the flush must fail without tables");
+    let closed = db.close();
+    assert!(closed.is_err(), "close must report the stored error");
+    fs.inner.power_cut();
+    fs.fail_tables.store(false, Ordering::SeqCst);
+    let db = Db::open("/db", opts(&fs)).expect("reopen");
+    assert_eq!(
+        db.get(b"unsynced").expect("get").as_deref(),
+        Some(&b"1"[..])
+    );
+}
+
+/// After a failed manifest write nothing more is appended to the manifest
+/// and the handle refuses writes. (The race the manifest-level flag closes,
+/// a compaction that passed its checks before the failure and then logs
+/// its edit, needs the fault-injecting backend to reproduce.)
+#[test]
+fn nothing_is_appended_to_the_manifest_after_a_failed_write() {
+    let fs = Probe::default();
+    let o = Options {
+        background_compaction: false,
+        ..opts(&fs)
+    };
+    let db = Db::open("/db", o.clone()).expect("open");
+    db.put(b"a", b"1").expect("put");
+    db.flush().expect("first flush");
+    let manifest = |fs: &Probe| {
+        let names = fs.inner.list(Path::new("/db")).expect("list");
+        let name = names
+            .into_iter()
+            .find(|n| n.starts_with("MANIFEST-"))
+            .expect("manifest");
+        fs.inner
+            .file_len(&Path::new("/db").join(name))
+            .expect("len")
+    };
+    fs.fail_manifest_sync.store(true, Ordering::SeqCst);
+    db.put(b"b", b"2").expect("put");
+    assert!(db.flush().is_err(), "the flush's manifest sync fails");
+    let len_after_failure = manifest(&fs);
+    fs.fail_manifest_sync.store(false, Ordering::SeqCst);
+    assert!(matches!(db.compact(), Err(Error::Poisoned(_))));
+    assert!(matches!(db.put(b"c", b"3"), Err(Error::Poisoned(_))));
+    assert_eq!(
+        manifest(&fs),
+        len_after_failure,
+        "an edit was appended after the failure"
+    );
+    assert_eq!(
+        db.get(b"a").expect("reads keep working").as_deref(),
+        Some(&b"1"[..])
+    );
+    drop(db);
+    let db = Db::open("/db", o).expect("reopen");
+    assert_eq!(db.get(b"a").expect("get").as_deref(), Some(&b"1"[..]));
+    assert_eq!(db.get(b"b").expect("get").as_deref(), Some(&b"2"[..]));
 }

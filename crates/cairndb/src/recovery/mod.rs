@@ -28,6 +28,7 @@ use crate::format::log::{self, RecordKind, Tail};
 use crate::format::manifest::{Edit, MANIFEST_FORMAT};
 use crate::format::table::TableOptions;
 use crate::io::{self, Fs};
+use crate::limits::SEQNO_MAX;
 use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::read::TableCache;
@@ -226,6 +227,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         journal: Mutex::new(Journal {
             file: Some(journal_file),
             number: journal_number,
+            poisoned: false,
         }),
         manifest: Mutex::new(manifest),
         compaction_lock: Mutex::new(()),
@@ -372,7 +374,9 @@ fn replay_journal(
         let before = earlier
             .last()
             .and_then(|(_, _, p)| batch_codec::decode(p).ok())
-            .map_or(start_seqno, |b| b.first_seqno + b.ops.len() as u64);
+            .map_or(start_seqno, |b| {
+                b.first_seqno.saturating_add(b.ops.len() as u64)
+            });
         kind == RecordKind::Batch
             && batch_codec::decode(payload).is_ok_and(|b| b.first_seqno > before)
     });
@@ -400,7 +404,18 @@ fn replay_journal(
             return Err(bad("journal holds a non-batch record".into()));
         }
         let batch = batch_codec::decode(payload).map_err(bad)?;
-        if batch.first_seqno <= *last_seqno && !batch.ops.is_empty() {
+        // The engine writes only non-empty batches with seqnos in
+        // 1..=SEQNO_MAX, each above the last: anything else would make
+        // the seqno arithmetic below wrap.
+        let count = batch.ops.len() as u64;
+        let last = batch.first_seqno.checked_add(count.saturating_sub(1));
+        if count == 0 || batch.first_seqno == 0 || last.is_none_or(|l| l > SEQNO_MAX) {
+            return Err(bad(format!(
+                "batch of {count} ops at seqno {} is outside the seqno range",
+                batch.first_seqno
+            )));
+        }
+        if batch.first_seqno <= *last_seqno {
             return Err(bad(format!(
                 "batch seqno {} does not follow {}",
                 batch.first_seqno, *last_seqno
@@ -435,4 +450,48 @@ fn flush_during_open(
     }
     *mem = Memtable::new(0);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::format::batch as codec;
+    use crate::format::key::Kind;
+    use crate::format::log::{RecordKind, encode_record};
+    use crate::io::{Fs, MemFs};
+    use crate::version::files;
+    use crate::{Db, Options};
+    use std::path::Path;
+    use std::sync::Arc;
+
+    /// A journal record whose checksums hold but whose seqnos the engine
+    /// never writes (empty batch, seqno 0, past SEQNO_MAX) is corruption,
+    /// not arithmetic that wraps.
+    #[test]
+    fn out_of_range_batch_seqnos_are_corruption() {
+        let cases: [(u64, u32); 3] = [(0, 0), (0, 1), (u64::MAX - 1, 3)];
+        for (first, ops) in cases {
+            let fs = MemFs::new();
+            let dir = Path::new("/db");
+            let opts = Options {
+                fs: Arc::new(fs.clone()),
+                ..Options::default()
+            };
+            drop(Db::open(dir, opts.clone()).expect("create"));
+            let mut rep = codec::new_payload();
+            for i in 0..ops {
+                codec::push_op(&mut rep, Kind::Put, &i.to_be_bytes(), b"v");
+            }
+            codec::set_count(&mut rep, ops);
+            codec::set_seqno(&mut rep, first);
+            let mut rec = Vec::new();
+            encode_record(&mut rec, RecordKind::Batch, &rep);
+            let mut f = fs.create(&files::journal(dir, 999)).expect("journal");
+            f.append(&rec).expect("append");
+            f.sync().expect("sync");
+            match Db::open(dir, opts) {
+                Err(e) => assert!(e.is_corruption(), "first {first} ops {ops}: {e}"),
+                Ok(_) => panic!("first {first} ops {ops}: opened"),
+            }
+        }
+    }
 }

@@ -42,6 +42,7 @@ pub(crate) fn write_manifest(
         number,
         journal_floor,
         last_seqno,
+        poisoned: false,
     })
 }
 
@@ -52,6 +53,9 @@ impl Inner {
     /// A failed manifest write poisons the handle.
     pub fn log_and_apply(&self, mut edit: Edit, install: impl FnOnce(&mut State)) -> Result<()> {
         let mut m = self.manifest.lock();
+        if m.poisoned {
+            return Err(Error::Poisoned("an earlier manifest write failed".into()));
+        }
         edit.next_file = Some(self.next_file.load(std::sync::atomic::Ordering::SeqCst));
         let base = self.state.read().version.clone();
         let (version, removed) = base
@@ -61,6 +65,7 @@ impl Inner {
         let mut rec = Vec::new();
         encode_record(&mut rec, RecordKind::Edit, &edit.encode());
         if let Err(e) = m.file.append(&rec).and_then(|()| m.file.sync()) {
+            m.poisoned = true;
             self.poison("manifest write", &e);
             return Err(Error::io("writing the manifest", e));
         }
@@ -80,8 +85,12 @@ impl Inner {
         for f in removed {
             f.mark_obsolete();
         }
-        if m.file.len() > MANIFEST_BYTES_MAX {
-            self.rewrite_manifest(&mut m)?;
+        if m.file.len() > MANIFEST_BYTES_MAX
+            && let Err(e) = self.rewrite_manifest(&mut m)
+        {
+            // CURRENT may name either manifest now: append to neither.
+            m.poisoned = true;
+            return Err(e);
         }
         Ok(())
     }

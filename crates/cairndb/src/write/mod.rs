@@ -113,6 +113,11 @@ impl Inner {
     /// memtable and publishes the seqnos. Leader only.
     fn commit_group(&self, group: &[Arc<Pending>]) -> Result<()> {
         let mut journal = self.journal.lock();
+        if journal.poisoned {
+            return Err(Error::Poisoned(
+                "an earlier journal write or sync failed".into(),
+            ));
+        }
         let Some(file) = journal.file.as_mut() else {
             return Err(Error::Closed);
         };
@@ -137,12 +142,14 @@ impl Inner {
         if !buf.is_empty()
             && let Err(e) = file.append(&buf)
         {
+            journal.poisoned = true;
             self.poison("journal append", &e);
             return Err(Error::io("appending to the journal", e));
         }
         if group.iter().any(|p| p.sync)
             && let Err(e) = file.sync()
         {
+            journal.poisoned = true;
             self.poison("journal sync", &e);
             return Err(Error::io("syncing the journal", e));
         }
@@ -226,10 +233,16 @@ impl Inner {
     /// torn tail, which is what recovery assumes.
     pub fn seal_memtable(&self) -> Result<()> {
         let mut journal = self.journal.lock();
+        if journal.poisoned {
+            return Err(Error::Poisoned(
+                "an earlier journal write or sync failed".into(),
+            ));
+        }
         let Some(file) = journal.file.as_mut() else {
             return Err(Error::Closed);
         };
         if let Err(e) = file.sync() {
+            journal.poisoned = true;
             self.poison("journal sync", &e);
             return Err(Error::io("syncing the journal", e));
         }
