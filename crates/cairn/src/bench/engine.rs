@@ -10,7 +10,7 @@
 //! Peers are compiled only with their cargo feature (`rocksdb`, `lmdb`,
 //! `fjall`, `redb`, `sled`): they are slow to build.
 
-use super::BenchResult;
+use super::{BenchError, BenchResult};
 use std::path::Path;
 
 /// Settings shared by every engine in a run.
@@ -77,6 +77,24 @@ pub fn open(name: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<Box<dyn E
     }
 }
 
+/// Visits up to `limit` of `entries` while `f` returns true; returns the
+/// number visited. The loop every adapter's `scan` shares.
+pub fn visit<K: AsRef<[u8]>, V: AsRef<[u8]>, E: Into<BenchError>>(
+    entries: impl Iterator<Item = Result<(K, V), E>>,
+    limit: usize,
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> BenchResult<usize> {
+    let mut n = 0;
+    for kv in entries.take(limit) {
+        let (k, v) = kv.map_err(Into::into)?;
+        n += 1;
+        if !f(k.as_ref(), v.as_ref()) {
+            break;
+        }
+    }
+    Ok(n)
+}
+
 /// CairnDB with options sized like the peers'.
 pub struct CairnEngine {
     db: cairndb::Db,
@@ -124,18 +142,7 @@ impl Engine for CairnEngine {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> BenchResult<usize> {
-        let mut n = 0;
-        for kv in self.db.range(from..) {
-            if n >= limit {
-                break;
-            }
-            let (k, v) = kv?;
-            n += 1;
-            if !f(&k, &v) {
-                break;
-            }
-        }
-        Ok(n)
+        visit(self.db.range(from..), limit, f)
     }
     fn flush(&self) -> BenchResult<()> {
         Ok(self.db.flush()?)

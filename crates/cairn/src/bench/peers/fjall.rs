@@ -18,7 +18,7 @@
 //! (`rotate_memtable_and_wait`, a public but doc-hidden fjall API).
 
 use crate::bench::BenchResult;
-use crate::bench::engine::{BatchOp, Engine, EngineConfig};
+use crate::bench::engine::{BatchOp, Engine, EngineConfig, visit};
 use ::fjall::config::CompressionPolicy;
 use ::fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use std::path::Path;
@@ -76,18 +76,7 @@ impl Engine for FjallEngine {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> BenchResult<usize> {
-        let mut n = 0;
-        for guard in self.ks.range(from..) {
-            if n >= limit {
-                break;
-            }
-            let (k, v) = guard.into_inner()?;
-            n += 1;
-            if !f(&k, &v) {
-                break;
-            }
-        }
-        Ok(n)
+        visit(self.ks.range(from..).map(|g| g.into_inner()), limit, f)
     }
     fn flush(&self) -> BenchResult<()> {
         self.db.persist(PersistMode::SyncAll)?;

@@ -23,7 +23,7 @@
 //! queue instead of overlapping (that is the engine, not the adapter).
 
 use crate::bench::BenchResult;
-use crate::bench::engine::{BatchOp, Engine, EngineConfig};
+use crate::bench::engine::{BatchOp, Engine, EngineConfig, visit};
 use heed::types::Bytes;
 use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
 use std::ops::Bound;
@@ -108,18 +108,7 @@ impl Engine for LmdbEngine {
             Bound::Included(from)
         };
         let range: (Bound<&[u8]>, Bound<&[u8]>) = (start, Bound::Unbounded);
-        let mut n = 0;
-        for kv in self.db.range(&rtxn, &range)? {
-            if n >= limit {
-                break;
-            }
-            let (k, v) = kv?;
-            n += 1;
-            if !f(k, v) {
-                break;
-            }
-        }
-        Ok(n)
+        visit(self.db.range(&rtxn, &range)?, limit, f)
     }
     fn flush(&self) -> BenchResult<()> {
         Ok(self.env.force_sync()?)

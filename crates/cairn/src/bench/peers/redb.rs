@@ -19,7 +19,7 @@
 //! a time: concurrent writers queue.
 
 use crate::bench::BenchResult;
-use crate::bench::engine::{BatchOp, Engine, EngineConfig};
+use crate::bench::engine::{BatchOp, Engine, EngineConfig, visit};
 use ::redb::{Database, Durability, ReadableDatabase, TableDefinition, WriteTransaction};
 use std::path::Path;
 
@@ -98,20 +98,21 @@ impl Engine for RedbEngine {
     ) -> BenchResult<usize> {
         let tx = self.db.begin_read()?;
         let table = tx.open_table(TABLE)?;
-        let mut n = 0;
-        for kv in table.range::<&[u8]>(from..)? {
-            if n >= limit {
-                break;
-            }
-            let (k, v) = kv?;
-            n += 1;
-            if !f(k.value(), v.value()) {
-                break;
-            }
-        }
-        Ok(n)
+        let entries = table
+            .range::<&[u8]>(from..)?
+            .map(|kv| kv.map(|(k, v)| (Guard(k), Guard(v))));
+        visit(entries, limit, f)
     }
     fn flush(&self) -> BenchResult<()> {
         Ok(self.write(Durability::Immediate)?.commit()?)
+    }
+}
+
+/// A redb value guard seen as bytes, so `engine::visit` can walk a range.
+struct Guard<'a>(::redb::AccessGuard<'a, &'static [u8]>);
+
+impl AsRef<[u8]> for Guard<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self.0.value()
     }
 }

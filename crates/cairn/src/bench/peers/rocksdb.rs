@@ -16,7 +16,7 @@
 //! flushes the memtable to an SST file, waiting for it.
 
 use crate::bench::BenchResult;
-use crate::bench::engine::{BatchOp, Engine, EngineConfig};
+use crate::bench::engine::{BatchOp, Engine, EngineConfig, visit};
 use ::rocksdb::{
     BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IteratorMode, Options, WriteBatch,
     WriteOptions,
@@ -76,21 +76,10 @@ impl Engine for RocksEngine {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> BenchResult<usize> {
-        let mut n = 0;
-        for kv in self
+        let entries = self
             .db
-            .iterator(IteratorMode::From(from, Direction::Forward))
-        {
-            if n >= limit {
-                break;
-            }
-            let (k, v) = kv?;
-            n += 1;
-            if !f(&k, &v) {
-                break;
-            }
-        }
-        Ok(n)
+            .iterator(IteratorMode::From(from, Direction::Forward));
+        visit(entries, limit, f)
     }
     fn flush(&self) -> BenchResult<()> {
         self.db.flush_wal(true)?;

@@ -15,7 +15,7 @@
 //! `flush()` does the same.
 
 use crate::bench::BenchResult;
-use crate::bench::engine::{BatchOp, Engine, EngineConfig};
+use crate::bench::engine::{BatchOp, Engine, EngineConfig, visit};
 use std::path::Path;
 
 pub struct SledEngine {
@@ -67,18 +67,7 @@ impl Engine for SledEngine {
         limit: usize,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> BenchResult<usize> {
-        let mut n = 0;
-        for kv in self.db.range(from..) {
-            if n >= limit {
-                break;
-            }
-            let (k, v) = kv?;
-            n += 1;
-            if !f(&k, &v) {
-                break;
-            }
-        }
-        Ok(n)
+        visit(self.db.range(from..), limit, f)
     }
     fn flush(&self) -> BenchResult<()> {
         self.db.flush()?;
