@@ -29,8 +29,9 @@ use crate::read::{ReadView, TableCache};
 use crate::version::{Reaper, Version};
 use crate::write::Pending;
 use crate::write::batch::{WriteBatch, check_key};
+use crate::write::queue::GroupQueue;
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -56,6 +57,10 @@ pub(crate) struct Journal {
     /// Checked by every user of the journal under the same lock, so a
     /// writer that passed the handle-wide check earlier cannot slip by.
     pub poisoned: bool,
+    /// Highest seqno known durable in this journal (or before it): the
+    /// durability mark written into each record, which lets recovery tell
+    /// damage to synced records from an ordinary torn tail.
+    pub synced_seqno: u64,
 }
 
 pub(crate) struct Manifest {
@@ -75,6 +80,9 @@ pub(crate) struct Bg {
     /// First failure of background work or of a journal/manifest write;
     /// reported to every later write (sticky).
     pub error: Option<Error>,
+    /// Set while background work is paused because the device is full
+    /// (`Inner::background_failed`); cleared when a retry succeeds.
+    pub paused: Option<Error>,
     pub shutdown: bool,
 }
 
@@ -93,7 +101,7 @@ pub(crate) struct Inner {
     pub fs: Arc<dyn Fs>,
     pub table_opts: TableOptions,
     pub state: RwLock<State>,
-    pub queue: Mutex<VecDeque<Arc<Pending>>>,
+    pub queue: GroupQueue<Arc<Pending>, Result<()>>,
     pub journal: Mutex<Journal>,
     pub manifest: Mutex<Manifest>,
     pub compaction_lock: Mutex<()>,
@@ -146,6 +154,32 @@ impl Inner {
         self.bg_cv.notify_all();
     }
 
+    /// Handles a failure of background work (a flush or a compaction).
+    /// Running out of space while writing tables pauses the work instead
+    /// of failing the handle: nothing acknowledged is at risk (the journal
+    /// still holds it) and the manifest was not touched, so the work is
+    /// retried later; writers that need the room get the error meanwhile.
+    /// Returns true if paused. Anything else is sticky.
+    pub fn background_failed(&self, e: Error) -> bool {
+        let manifest_sound = !self.manifest.lock().poisoned;
+        if e.is_no_space() && manifest_sound {
+            let mut bg = self.bg.lock();
+            bg.paused = Some(e);
+            self.bg_cv.notify_all();
+            return true;
+        }
+        self.set_bg_error(e);
+        false
+    }
+
+    /// Background work succeeded: lifts a pause.
+    pub fn background_succeeded(&self) {
+        let mut bg = self.bg.lock();
+        if bg.paused.take().is_some() {
+            self.bg_cv.notify_all();
+        }
+    }
+
     pub fn poison(&self, what: &str, e: &std::io::Error) {
         self.set_bg_error(Error::Poisoned(format!("{what} failed: {e}")));
     }
@@ -160,6 +194,15 @@ impl Inner {
             return Err(Error::Closed);
         }
         Ok(())
+    }
+
+    /// Makes creations, renames and removals in the database directory
+    /// durable (skipped only under `Sabotage::skip_dir_sync`).
+    pub fn sync_dir(&self) -> std::io::Result<()> {
+        if self.opts.sabotage.skip_dir_sync {
+            return Ok(());
+        }
+        self.fs.sync_dir(&self.dir)
     }
 
     pub fn notify_bg(&self) {
@@ -397,6 +440,7 @@ impl Db {
         let inner = self.inner();
         let view = inner.view();
         let (open_tables, table_memory_bytes) = inner.tables.memory();
+        let bg = inner.bg.lock();
         Stats {
             open_tables,
             table_memory_bytes,
@@ -412,6 +456,8 @@ impl Db {
             compactions: inner.counters.compactions.load(Ordering::Relaxed),
             stall_micros: inner.counters.stall_micros.load(Ordering::Relaxed),
             slowdown_micros: inner.counters.slowdown_micros.load(Ordering::Relaxed),
+            write_error: bg.error.as_ref().map(Error::to_string),
+            background_paused: bg.paused.as_ref().map(Error::to_string),
         }
     }
 
@@ -442,6 +488,11 @@ pub struct Stats {
     pub stall_micros: u64,
     /// Time writers were delayed by pacing before a stop.
     pub slowdown_micros: u64,
+    /// The failure that stopped writes (`Some` once the handle refuses
+    /// writes), as text.
+    pub write_error: Option<String>,
+    /// Why background work is paused (the device was full), if it is.
+    pub background_paused: Option<String>,
 }
 
 /// A consistent read-only view of the database at one instant. Owned and

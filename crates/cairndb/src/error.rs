@@ -74,6 +74,11 @@ impl Error {
         }
     }
 
+    /// True for an IO error whose cause is a full device (`ENOSPC`).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull)
+    }
+
     /// True if this error reports damaged or foreign on-disk bytes.
     pub fn is_corruption(&self) -> bool {
         matches!(self, Error::Corruption { .. })

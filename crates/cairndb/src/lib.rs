@@ -37,11 +37,14 @@ mod memtable;
 mod options;
 mod read;
 mod recovery;
+mod sync;
 mod version;
 mod write;
 
 pub use db::{Db, Snapshot, Stats};
 pub use error::{Error, Result};
+#[doc(hidden)]
+pub use options::Sabotage;
 pub use options::{Options, WriteOptions};
 pub use read::iter::{Iter, KeyValue};
 pub use write::batch::WriteBatch;

@@ -42,6 +42,30 @@ pub struct Options {
     /// Run compactions in a background thread (default true). When false,
     /// only `Db::compact` compacts: for tests that want a fixed shape.
     pub background_compaction: bool,
+    /// Deliberately broken behaviour, for tests that show the crash and
+    /// corruption checkers catch a broken engine. Never set outside tests.
+    #[doc(hidden)]
+    pub sabotage: Sabotage,
+}
+
+/// Switches that break the engine's promises on purpose, so a test can
+/// prove its checker notices (tests/crash_states.rs). All off by default.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sabotage {
+    /// Write each op of a batch as its own journal record, so a torn tail
+    /// can keep part of a batch (breaks atomicity).
+    pub split_batches: bool,
+    /// Acknowledge synced writes without syncing the journal.
+    pub skip_journal_sync: bool,
+    /// Create new journals and tables without syncing the directory.
+    pub skip_dir_sync: bool,
+    /// On replay, skip a damaged journal record whose header is intact and
+    /// continue after it (leaves holes instead of cutting a suffix).
+    pub replay_past_damage: bool,
+    /// After open, hand out seqnos from the manifest's last seqno, ignoring
+    /// the journal writes just replayed (new writes then sort below them).
+    pub stale_seqno_after_open: bool,
 }
 
 impl Default for Options {
@@ -76,6 +100,7 @@ impl Options {
             level1_bytes: 256 << 20,
             level_multiplier: 10,
             background_compaction: true,
+            sabotage: Sabotage::default(),
         }
     }
 

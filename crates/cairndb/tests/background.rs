@@ -10,7 +10,8 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 /// A `MemFs` that counts file syncs and, when `fail_tables` is set, fails
-/// the creation of table files with ENOSPC.
+/// the creation of table files with EIO (a sticky background error; ENOSPC
+/// only pauses background work, tests/error_injection.rs).
 #[derive(Clone, Default)]
 struct Probe {
     inner: MemFs,
@@ -55,7 +56,7 @@ impl Fs for Probe {
     fn create(&self, path: &Path) -> io::Result<Box<dyn FileWrite>> {
         let is_table = path.extension().is_some_and(|e| e == "table");
         if is_table && self.fail_tables.load(Ordering::SeqCst) {
-            return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+            return Err(io::Error::from_raw_os_error(5)); // EIO
         }
         let is_manifest = path
             .file_name()

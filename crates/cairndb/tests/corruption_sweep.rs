@@ -1,13 +1,36 @@
-//! Bounded corruption sweep: flip one bit at a time in every file of a
-//! small canonical database and check that opening and reading it never
-//! panics and never returns wrong data. Allowed outcomes per mutation:
+//! Bounded corruption sweep: damage the files of a small canonical
+//! database one mutation at a time and check that opening and reading it
+//! never panics, never hangs, never allocates past a bound and never
+//! returns wrong data.
+//!
+//! Mutations, for every file (`Kind`):
+//! - a single bit flipped: every bit of every byte of files under 1 KiB,
+//!   two bits of every byte of larger ones (every bit of every byte with
+//!   `CAIRNDB_SWEEP_FULL=1`, about 85,000 mutations);
+//! - truncation at every byte (so at every 512-byte boundary and at
+//!   `len - 1`; files over 16 KiB only at boundaries and in their last
+//!   512 bytes);
+//! - each 512-byte sector and each 4 KiB page overwritten with zeros, and
+//!   with seeded garbage.
+//!
+//! Allowed outcomes per mutation:
 //! - the full, correct data;
 //! - `Err(Corruption)` from open, a get or a scan (`Io` only when the
 //!   damaged file is CURRENT, which may then name a missing manifest);
-//! - for a flip in the newest journal: the data minus a suffix of the
-//!   journal's batches (the damaged last record reads as a torn tail).
+//! - for damage to the newest journal: the data minus a suffix of the
+//!   journal's batches (a damaged or cut last record reads as a torn tail).
 //!
-//! Seed via `CAIRNDB_SWEEP_SEED` (printed); the sweep prints its counts.
+//! Besides the outcome, each mutation is bounded: a panic on any thread
+//! (counted by the panic hook, so a background thread's panic is seen too),
+//! more than `MUTATION_TIME_MAX` (a watchdog thread ends the process with the
+//! mutation's description if one never finishes), or a peak of more than
+//! `ALLOC_PEAK_MAX` bytes allocated above the level before the mutation
+//! (a counting global allocator; a single request over `ALLOC_REFUSE` is
+//! refused after naming the mutation, which aborts the process) all fail.
+//!
+//! Seed via `CAIRNDB_SWEEP_SEED` (printed). Every bad outcome prints its
+//! index in the plan; `CAIRNDB_SWEEP_ONLY=<index>` replays just that one.
+//! The sweep prints its counts per mutation kind and per file.
 
 mod common;
 
@@ -15,11 +38,15 @@ use cairndb::io::MemFs;
 use cairndb::{Db, Options, WriteBatch, WriteOptions};
 use common::{Image, files_with, restore, snapshot};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -103,17 +130,297 @@ fn canonical(rng: &mut StdRng) -> (Image, String, Vec<Model>) {
     (image, journal, states)
 }
 
-#[derive(Default, Debug)]
-struct Counts {
-    mutations: usize,
-    intact: usize,
-    open_corruption: usize,
-    open_io: usize,
-    read_corruption: usize,
-    tail_cut: usize,
-    panics: usize,
-    wrong: Vec<String>,
+/// Peak bytes one mutation may allocate above the level before it. The
+/// canonical database is a few KiB and its memtable 64 KiB, so anything
+/// near this means a damaged length was trusted.
+const ALLOC_PEAK_MAX: usize = 64 << 20;
+/// A single request above this is refused (the process aborts after
+/// naming the mutation) rather than risking the machine's memory.
+const ALLOC_REFUSE: usize = 1 << 30;
+/// Wall time one mutation (restore, open, reads, close) may take.
+const MUTATION_TIME_MAX: Duration = Duration::from_secs(10);
+
+// ---- the counting allocator ----------------------------------------------
+
+/// Wraps the system allocator, counting bytes in use and their peak.
+struct Counting;
+
+static ALLOC_NOW: AtomicUsize = AtomicUsize::new(0);
+static ALLOC_PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grew(n: usize) {
+    let now = ALLOC_NOW.fetch_add(n, Ordering::Relaxed) + n;
+    ALLOC_PEAK.fetch_max(now, Ordering::Relaxed);
 }
+
+fn shrank(n: usize) {
+    ALLOC_NOW.fetch_sub(n, Ordering::Relaxed);
+}
+
+/// Restarts peak tracking; returns the bytes in use now (the baseline).
+fn reset_peak() -> usize {
+    let now = ALLOC_NOW.load(Ordering::Relaxed);
+    ALLOC_PEAK.store(now, Ordering::Relaxed);
+    now
+}
+
+/// Names the mutation behind an absurd request on stderr, without
+/// allocating (we are inside the allocator).
+fn refuse(size: usize) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut n = size;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut err = std::io::stderr();
+    let _ = err.write_all(b"\ncorruption sweep: refusing an allocation of ");
+    let _ = err.write_all(&digits[i..]);
+    let _ = err.write_all(b" bytes (the process aborts next) during ");
+    if let Ok(d) = CURRENT_MUTATION.try_lock() {
+        let _ = err.write_all(&d.0[..d.1]);
+    }
+    let _ = err.write_all(b"\n");
+}
+
+// SAFETY: every method hands its arguments unchanged to `System`, which
+// upholds the `GlobalAlloc` contract; the counters only observe sizes, and
+// a refused request returns null, which the contract allows.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if layout.size() > ALLOC_REFUSE {
+            refuse(layout.size());
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller's layout is passed on as received.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if layout.size() > ALLOC_REFUSE {
+            refuse(layout.size());
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller's layout is passed on as received.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System` with this layout (every block
+        // of ours is System's).
+        unsafe { System.dealloc(ptr, layout) };
+        shrank(layout.size());
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size > ALLOC_REFUSE {
+            refuse(new_size);
+            return std::ptr::null_mut();
+        }
+        // SAFETY: `ptr` came from `System` with `layout`; arguments are
+        // passed on as received.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                grew(new_size - layout.size());
+            } else {
+                shrank(layout.size() - new_size);
+            }
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+// ---- what is running now, for the allocator and the watchdog -------------
+
+/// Description of the mutation in progress (bytes, length), copied in
+/// without allocating while the lock is held.
+static CURRENT_MUTATION: Mutex<([u8; 240], usize)> = Mutex::new(([0; 240], 0));
+/// Milliseconds since `epoch()` at which the running mutation started,
+/// plus one; 0 when none runs.
+static MUTATION_STARTED: AtomicU64 = AtomicU64::new(0);
+static SWEEP_DONE: AtomicBool = AtomicBool::new(false);
+/// Panics on any thread, counted by the panic hook.
+static PANICS: AtomicUsize = AtomicUsize::new(0);
+static FIRST_PANIC: Mutex<Option<String>> = Mutex::new(None);
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn set_current(desc: &str) {
+    let n = desc.len().min(240);
+    let mut d = CURRENT_MUTATION.lock().expect("mutation lock");
+    d.0[..n].copy_from_slice(&desc.as_bytes()[..n]);
+    d.1 = n;
+}
+
+fn current() -> String {
+    let d = CURRENT_MUTATION.lock().expect("mutation lock");
+    String::from_utf8_lossy(&d.0[..d.1]).into_owned()
+}
+
+/// Ends the process, naming the mutation, if one runs for more than
+/// `MUTATION_TIME_MAX` (a hang can't be caught by timing it afterwards).
+fn start_watchdog() -> std::thread::JoinHandle<()> {
+    epoch();
+    std::thread::spawn(|| {
+        while !SWEEP_DONE.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+            let started = MUTATION_STARTED.load(Ordering::Relaxed);
+            let now = epoch().elapsed().as_millis() as u64 + 1;
+            if started != 0 && now.saturating_sub(started) > MUTATION_TIME_MAX.as_millis() as u64 {
+                eprintln!(
+                    "corruption sweep: HANG: {} has run for over {MUTATION_TIME_MAX:?}",
+                    current()
+                );
+                std::process::exit(101);
+            }
+        }
+    })
+}
+
+// ---- mutations ------------------------------------------------------------
+
+/// Sizes of the regions that `Zero*` and `Garbage*` overwrite.
+const SECTOR: usize = 512;
+const PAGE: usize = 4096;
+/// Files smaller than this have every bit of every byte flipped; larger
+/// ones two bits of every byte (all eight with `CAIRNDB_SWEEP_FULL=1`).
+const BIT_FLIP_EVERY_BIT_MAX: usize = 1024;
+/// Files up to this size are truncated at every byte.
+const TRUNCATE_EVERY_BYTE_MAX: usize = 16 << 10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    BitFlip,
+    Truncate,
+    ZeroSector,
+    GarbageSector,
+    ZeroPage,
+    GarbagePage,
+}
+
+/// One damage to one file: `offset` is the byte (flip), the new length
+/// (truncate) or the start of the region; `arg` is the bit or the garbage
+/// seed.
+struct Mutation {
+    file: String,
+    kind: Kind,
+    offset: usize,
+    arg: u64,
+}
+
+impl Mutation {
+    fn describe(&self, index: usize, seed: u64) -> String {
+        let what = match self.kind {
+            Kind::BitFlip => format!("bit {} of byte {}", self.arg, self.offset),
+            Kind::Truncate => format!("truncated to {} bytes", self.offset),
+            Kind::ZeroSector | Kind::ZeroPage => format!("zeros at {}", self.offset),
+            Kind::GarbageSector | Kind::GarbagePage => {
+                format!("garbage (seed {}) at {}", self.arg, self.offset)
+            }
+        };
+        format!(
+            "mutation #{index} ({:?}) of {}: {what} [CAIRNDB_SWEEP_SEED={seed} CAIRNDB_SWEEP_ONLY={index}]",
+            self.kind, self.file
+        )
+    }
+
+    fn apply(&self, image: &mut Image) {
+        let bytes = image
+            .get_mut(&self.file)
+            .expect("mutated file is in the image");
+        let span = match self.kind {
+            Kind::BitFlip => {
+                bytes[self.offset] ^= 1 << self.arg;
+                return;
+            }
+            Kind::Truncate => {
+                bytes.truncate(self.offset);
+                return;
+            }
+            Kind::ZeroSector | Kind::GarbageSector => SECTOR,
+            Kind::ZeroPage | Kind::GarbagePage => PAGE,
+        };
+        let end = (self.offset + span).min(bytes.len());
+        let region = &mut bytes[self.offset..end];
+        match self.kind {
+            Kind::GarbageSector | Kind::GarbagePage => {
+                StdRng::seed_from_u64(self.arg).fill_bytes(region)
+            }
+            _ => region.fill(0),
+        }
+    }
+}
+
+/// Every mutation of every file, in a fixed order for a given seed (and
+/// `full`: every bit of every byte of every file).
+fn plan(image: &Image, rng: &mut StdRng, full: bool) -> Vec<Mutation> {
+    let mut plan = Vec::new();
+    for (name, bytes) in image {
+        let len = bytes.len();
+        let mut push = |kind, offset, arg| {
+            plan.push(Mutation {
+                file: name.clone(),
+                kind,
+                offset,
+                arg,
+            })
+        };
+        for off in 0..len {
+            if full || len < BIT_FLIP_EVERY_BIT_MAX {
+                for bit in 0..8 {
+                    push(Kind::BitFlip, off, bit);
+                }
+            } else {
+                let bit = rng.random_range(0..8);
+                push(Kind::BitFlip, off, bit);
+                push(Kind::BitFlip, off, (bit + rng.random_range(1..8)) % 8);
+            }
+        }
+        let cuts: BTreeSet<usize> = if len <= TRUNCATE_EVERY_BYTE_MAX {
+            (0..len).collect()
+        } else {
+            (0..len)
+                .step_by(SECTOR)
+                .chain(len.saturating_sub(SECTOR)..len)
+                .collect()
+        };
+        for cut in cuts {
+            push(Kind::Truncate, cut, 0);
+        }
+        for (span, zero, garbage) in [
+            (SECTOR, Kind::ZeroSector, Kind::GarbageSector),
+            (PAGE, Kind::ZeroPage, Kind::GarbagePage),
+        ] {
+            for off in (0..len).step_by(span) {
+                push(zero, off, 0);
+                push(garbage, off, rng.random());
+            }
+        }
+    }
+    plan
+}
+
+// ---- checking one mutation -------------------------------------------------
 
 enum Outcome {
     Intact,
@@ -193,114 +500,198 @@ fn check(image: &Image, file: &str, newest_journal: &str, states: &[Model]) -> O
     }
 }
 
+/// What a mutation led to; the first five are allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bucket {
+    Intact,
+    OpenCorruption,
+    OpenIo,
+    ReadCorruption,
+    TailCut,
+    Wrong,
+    Panic,
+}
+
+const BUCKETS: [(Bucket, &str); 7] = [
+    (Bucket::Intact, "intact"),
+    (Bucket::OpenCorruption, "corruption at open"),
+    (Bucket::OpenIo, "io at open"),
+    (Bucket::ReadCorruption, "corruption on read"),
+    (Bucket::TailCut, "journal tail cut"),
+    (Bucket::Wrong, "wrong"),
+    (Bucket::Panic, "panics"),
+];
+
+/// Outcome counts, indexed like `BUCKETS`.
+#[derive(Default, Clone, Copy)]
+struct Counts([usize; 7]);
+
+impl Counts {
+    fn add(&mut self, b: Bucket) {
+        let i = BUCKETS.iter().position(|(x, _)| *x == b).expect("bucket");
+        self.0[i] += 1;
+    }
+    fn get(&self, b: Bucket) -> usize {
+        self.0[BUCKETS.iter().position(|(x, _)| *x == b).expect("bucket")]
+    }
+    fn total(&self) -> usize {
+        self.0.iter().sum()
+    }
+    fn line(&self) -> String {
+        let parts: Vec<String> = BUCKETS
+            .iter()
+            .zip(self.0)
+            .map(|((_, name), n)| format!("{n} {name}"))
+            .collect();
+        format!("{} mutations: {}", self.total(), parts.join(", "))
+    }
+}
+
 #[test]
-fn single_bit_flips_never_panic_or_return_wrong_data() {
+fn damaged_files_never_panic_hang_overallocate_or_return_wrong_data() {
     let seed: u64 = std::env::var("CAIRNDB_SWEEP_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x5eed);
+    let only: Option<usize> = std::env::var("CAIRNDB_SWEEP_ONLY")
+        .ok()
+        .and_then(|s| s.parse().ok());
     println!("corruption sweep seed {seed} (CAIRNDB_SWEEP_SEED)");
     let mut rng = StdRng::seed_from_u64(seed);
     let (image, journal, states) = canonical(&mut rng);
-    // Every byte of small files (all 8 bits of tiny ones); a sample of big ones.
-    let mut plan: Vec<(String, usize, u8)> = Vec::new();
     for (name, bytes) in &image {
-        let len = bytes.len();
-        println!("  {name}: {len} bytes");
-        if len < 512 {
-            for off in 0..len {
-                for bit in 0..8 {
-                    plan.push((name.clone(), off, bit));
-                }
-            }
-        } else if len < 4096 {
-            for off in 0..len {
-                plan.push((name.clone(), off, rng.random_range(0..8)));
-            }
-        } else {
-            let mut offs: BTreeSet<usize> = (len - 200..len).collect(); // footer, index
-            offs.extend((0..200).map(|i| i * len / 200));
-            while offs.len() < 1500 {
-                offs.insert(rng.random_range(0..len));
-            }
-            plan.extend(
-                offs.into_iter()
-                    .map(|o| (name.clone(), o, rng.random_range(0..8))),
-            );
-        }
+        println!("  {name}: {} bytes", bytes.len());
     }
-    let mut by_file: BTreeMap<String, Counts> = BTreeMap::new();
-    // Panics are counted, not printed once per mutation.
+    let full = std::env::var("CAIRNDB_SWEEP_FULL").is_ok_and(|v| v == "1");
+    let plan = plan(&image, &mut rng, full);
+    let watchdog = start_watchdog();
+
+    // Panics are counted (on every thread), not printed once per mutation.
     let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    for (name, off, bit) in &plan {
-        let mut img = image.clone();
-        img.get_mut(name).expect("file")[*off] ^= 1 << bit;
-        let c = by_file.entry(name.clone()).or_default();
-        c.mutations += 1;
-        match std::panic::catch_unwind(AssertUnwindSafe(|| check(&img, name, &journal, &states))) {
-            Ok(Outcome::Intact) => c.intact += 1,
-            Ok(Outcome::OpenCorruption) => c.open_corruption += 1,
-            Ok(Outcome::OpenIo) => c.open_io += 1,
-            Ok(Outcome::ReadCorruption) => c.read_corruption += 1,
-            Ok(Outcome::TailCut) => c.tail_cut += 1,
-            Ok(Outcome::Wrong(w)) => c.wrong.push(format!("{name} @{off} bit {bit}: {w}")),
-            Err(_) => {
-                c.panics += 1;
-                c.wrong.push(format!("{name} @{off} bit {bit}: PANIC"));
-            }
+    std::panic::set_hook(Box::new(|info| {
+        PANICS.fetch_add(1, Ordering::SeqCst);
+        if let Ok(mut first) = FIRST_PANIC.lock() {
+            first.get_or_insert_with(|| info.to_string());
         }
-    }
-    std::panic::set_hook(hook);
-    let mut total = Counts::default();
-    for (name, c) in &by_file {
-        println!(
-            "  {name}: {} mutations: {} intact, {} corruption at open, {} io at open, \
-             {} corruption on read, {} journal tail cut, {} panics, {} wrong",
-            c.mutations,
-            c.intact,
-            c.open_corruption,
-            c.open_io,
-            c.read_corruption,
-            c.tail_cut,
-            c.panics,
-            c.wrong.len()
-        );
-        total.mutations += c.mutations;
-        total.intact += c.intact;
-        total.open_corruption += c.open_corruption;
-        total.open_io += c.open_io;
-        total.read_corruption += c.read_corruption;
-        total.tail_cut += c.tail_cut;
-        total.panics += c.panics;
-        total.wrong.extend(c.wrong.iter().cloned());
-    }
-    println!(
-        "total: {} mutations: {} intact, {} corruption at open, {} io at open, \
-         {} corruption on read, {} journal tail cut, {} panics, {} wrong",
-        total.mutations,
-        total.intact,
-        total.open_corruption,
-        total.open_io,
-        total.read_corruption,
-        total.tail_cut,
-        total.panics,
-        total.wrong.len()
+    }));
+
+    // The undamaged image: what a mutation costs when nothing is wrong.
+    set_current("the undamaged image");
+    let base = reset_peak();
+    let t = Instant::now();
+    MUTATION_STARTED.store(epoch().elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+    let outcome = check(&image, "", &journal, &states);
+    MUTATION_STARTED.store(0, Ordering::Relaxed);
+    assert!(
+        matches!(outcome, Outcome::Intact),
+        "the undamaged image does not read back whole"
     );
-    for w in total.wrong.iter().take(40) {
+    println!(
+        "undamaged image: peak {} KiB above baseline, {:.2} ms",
+        ALLOC_PEAK.load(Ordering::Relaxed).saturating_sub(base) >> 10,
+        t.elapsed().as_secs_f64() * 1e3
+    );
+
+    let mut by_kind: BTreeMap<Kind, Counts> = BTreeMap::new();
+    let mut by_file: BTreeMap<String, Counts> = BTreeMap::new();
+    let mut total = Counts::default();
+    let mut bad: Vec<String> = Vec::new();
+    let (mut peak_max, mut peak_max_at) = (0usize, String::new());
+    let (mut slowest, mut slowest_at) = (Duration::ZERO, String::new());
+    let started = Instant::now();
+    for (index, m) in plan.iter().enumerate() {
+        if only.is_some_and(|o| o != index) {
+            continue;
+        }
+        let desc = m.describe(index, seed);
+        let mut img = image.clone();
+        m.apply(&mut img);
+        set_current(&desc);
+        let panics_before = PANICS.load(Ordering::SeqCst);
+        let base = reset_peak();
+        let t = Instant::now();
+        MUTATION_STARTED.store(epoch().elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+        let result =
+            std::panic::catch_unwind(AssertUnwindSafe(|| check(&img, &m.file, &journal, &states)));
+        MUTATION_STARTED.store(0, Ordering::Relaxed);
+        let took = t.elapsed();
+        let peak = ALLOC_PEAK.load(Ordering::Relaxed).saturating_sub(base);
+        let panicked = result.is_err() || PANICS.load(Ordering::SeqCst) != panics_before;
+        let bucket = match result {
+            _ if panicked => {
+                bad.push(format!("{desc}: PANIC"));
+                Bucket::Panic
+            }
+            Ok(Outcome::Intact) => Bucket::Intact,
+            Ok(Outcome::OpenCorruption) => Bucket::OpenCorruption,
+            Ok(Outcome::OpenIo) => Bucket::OpenIo,
+            Ok(Outcome::ReadCorruption) => Bucket::ReadCorruption,
+            Ok(Outcome::TailCut) => Bucket::TailCut,
+            Ok(Outcome::Wrong(w)) => {
+                bad.push(format!("{desc}: {w}"));
+                Bucket::Wrong
+            }
+            Err(_) => unreachable!("a caught panic sets `panicked`"),
+        };
+        if peak > ALLOC_PEAK_MAX {
+            bad.push(format!(
+                "{desc}: allocated {peak} bytes at peak (bound {ALLOC_PEAK_MAX})"
+            ));
+        }
+        if took > MUTATION_TIME_MAX {
+            bad.push(format!(
+                "{desc}: took {took:?} (bound {MUTATION_TIME_MAX:?})"
+            ));
+        }
+        if peak > peak_max {
+            (peak_max, peak_max_at) = (peak, desc.clone());
+        }
+        if took > slowest {
+            (slowest, slowest_at) = (took, desc);
+        }
+        by_kind.entry(m.kind).or_default().add(bucket);
+        by_file.entry(m.file.clone()).or_default().add(bucket);
+        total.add(bucket);
+    }
+    let runtime = started.elapsed();
+    SWEEP_DONE.store(true, Ordering::Relaxed);
+    watchdog.join().expect("watchdog");
+    std::panic::set_hook(hook);
+
+    println!("by kind:");
+    for (kind, c) in &by_kind {
+        println!("  {kind:?}: {}", c.line());
+    }
+    println!("by file:");
+    for (name, c) in &by_file {
+        println!("  {name}: {}", c.line());
+    }
+    println!("total: {}", total.line());
+    println!(
+        "largest allocation peak: {} KiB above baseline ({peak_max_at}); bound {} MiB",
+        peak_max >> 10,
+        ALLOC_PEAK_MAX >> 20
+    );
+    println!(
+        "slowest mutation: {:.1} ms ({slowest_at}); sweep took {:.1} s",
+        slowest.as_secs_f64() * 1e3,
+        runtime.as_secs_f64()
+    );
+    if let Some(p) = FIRST_PANIC.lock().expect("panic lock").as_ref() {
+        println!("first panic: {p}");
+    }
+    for w in bad.iter().take(40) {
         println!("  BAD {w}");
     }
-    assert!(
-        total.mutations >= 2000,
-        "sweep too small: {}",
-        total.mutations
-    );
-    assert_eq!(total.panics, 0, "seed {seed}: panics");
-    assert!(
-        total.wrong.is_empty(),
-        "seed {seed}: {} bad outcomes",
-        total.wrong.len()
-    );
-    // Damage must actually be detected, not merely survive.
-    assert!(total.open_corruption + total.read_corruption > total.mutations / 2);
+    assert!(bad.is_empty(), "seed {seed}: {} bad outcomes", bad.len());
+    if only.is_none() {
+        assert!(
+            total.total() >= 20_000,
+            "sweep too small: {}",
+            total.total()
+        );
+        // Damage must actually be detected, not merely survive.
+        let detected = total.get(Bucket::OpenCorruption) + total.get(Bucket::ReadCorruption);
+        assert!(detected > total.total() / 2, "only {detected} detected");
+    }
 }

@@ -166,10 +166,14 @@ fn process_crash_keeps_unsynced_writes_posix() {
 /// A database whose newest journal holds `n` records (one put each, key
 /// `k{i}`), never flushed. Returns its image and the journal's name.
 fn journal_image(n: usize) -> (Image, String) {
+    journal_image_with(n, &WriteOptions::default())
+}
+
+fn journal_image_with(n: usize, wo: &WriteOptions) -> (Image, String) {
     let fs = MemFs::new();
     let db = Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("open");
     for i in 0..n {
-        db.put(format!("k{i:03}"), format!("value-{i}"))
+        db.put_opt(format!("k{i:03}"), format!("value-{i}"), wo)
             .expect("put");
     }
     drop(db);
@@ -228,9 +232,11 @@ fn torn_journal_tail_is_cut() {
     }
 }
 
+/// Synced records carry durability marks: damage to a record that a later
+/// record marks as synced is lost acknowledged data, reported loudly.
 #[test]
-fn damaged_journal_record_before_intact_ones_is_corruption() {
-    let (image, journal) = journal_image(10);
+fn damaged_synced_journal_record_is_corruption() {
+    let (image, journal) = journal_image_with(10, &WriteOptions::synced());
     let records = record_offsets(&image[&journal]);
     // First record's payload, first record's header, a middle record.
     for offset in [16 + 2, 4, records[5].0 + 20] {
@@ -243,6 +249,25 @@ fn damaged_journal_record_before_intact_ones_is_corruption() {
             }
             Err(e) => panic!("flip at {offset}: expected Corruption, got {e}"),
             Ok(_) => panic!("flip at {offset}: open succeeded over lost data"),
+        }
+    }
+}
+
+/// Unsynced pages reach the device in any order, so intact records after
+/// a damaged unsynced one are unsynced too: the log ends at the damage.
+#[test]
+fn damage_among_unsynced_records_cuts_the_log_there() {
+    let (image, journal) = journal_image(10);
+    let records = record_offsets(&image[&journal]);
+    for r in [0, 5, 9] {
+        for offset in [records[r].0 + 4, records[r].0 + 20] {
+            let mut img = image.clone();
+            img.get_mut(&journal).expect("journal")[offset] ^= 0x10;
+            let fs = restore(&img, dir());
+            let db = Db::open(dir(), mem_opts(&fs, 4 << 20))
+                .unwrap_or_else(|e| panic!("flip at {offset}: {e}"));
+            let want: Vec<String> = (0..r).map(|i| format!("k{i:03}")).collect();
+            assert_eq!(keys_of(&db), want, "flip at {offset}");
         }
     }
 }
@@ -332,13 +357,16 @@ fn missing_or_bad_current() {
     let base = MemFs::new();
     small_db(&base);
     let image = snapshot(&base, dir());
-    let contents: [&[u8]; 6] = [
+    let contents: [&[u8]; 7] = [
         b"MANIFEST-999999\n",
         b"MANIFEST-999999",
         b"",
         b"\xff\xfe garbage",
         b"000001.journal\n",
         b"../MANIFEST-000001\n",
+        // A well-formed line whose checksum does not match its name, as a
+        // bit flip turning one manifest number into another would leave.
+        b"MANIFEST-000003 00000000\n",
     ];
     for current in contents {
         let mut img = image.clone();
@@ -348,12 +376,23 @@ fn missing_or_bad_current() {
             Db::open(dir(), mem_opts(&fs, 4 << 20)).map(drop)
         }));
         match r {
-            Ok(Err(Error::Corruption { .. } | Error::Io { .. })) => {}
+            Ok(Err(Error::Corruption { .. })) => {}
             Ok(Err(e)) => panic!("CURRENT {current:?}: unexpected error kind {e}"),
             Ok(Ok(())) => panic!("CURRENT {current:?}: open succeeded"),
             Err(_) => panic!("CURRENT {current:?}: open panicked"),
         }
     }
+
+    // CURRENT in the first format (no checksum) is still read.
+    let manifest_name = image
+        .keys()
+        .find(|n| n.starts_with("MANIFEST-"))
+        .expect("manifest")
+        .clone();
+    let mut img = image.clone();
+    img.insert("CURRENT".into(), format!("{manifest_name}\n").into_bytes());
+    let fs = restore(&img, dir());
+    Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("first-format CURRENT opens");
 
     // A garbage manifest named by CURRENT.
     let manifest = image

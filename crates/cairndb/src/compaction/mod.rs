@@ -19,23 +19,24 @@
 
 use crate::db::Inner;
 use crate::error::{Error, Result};
+use crate::flush;
 use crate::format::key::{self, Kind};
 use crate::format::manifest::{Edit, TableRecord};
 use crate::format::table::TableWriter;
 use crate::limits::LEVELS;
 use crate::options::Options;
 use crate::read::cursor::{Cursor, Dir, MergeCursor, table_cursor};
+use crate::sync;
 use crate::version::{TableFile, Version, files};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Tables chosen for one compaction.
 struct Compaction {
     level: usize,
-    inputs: Vec<Arc<TableFile>>,
+    inputs: Vec<sync::Arc<TableFile>>,
     /// Overlapping tables of `level + 1`.
-    below: Vec<Arc<TableFile>>,
+    below: Vec<sync::Arc<TableFile>>,
 }
 
 fn level_target(opts: &Options, level: usize) -> u64 {
@@ -79,7 +80,7 @@ pub(crate) fn write_pressure(v: &Version, opts: &Options) -> f64 {
     l0_pressure.max(bytes_pressure).min(1.0)
 }
 
-fn user_range(files: &[Arc<TableFile>]) -> Option<(Vec<u8>, Vec<u8>)> {
+fn user_range(files: &[sync::Arc<TableFile>]) -> Option<(Vec<u8>, Vec<u8>)> {
     let lo = files.iter().map(|f| f.smallest_user()).min()?;
     let hi = files.iter().map(|f| f.largest_user()).max()?;
     Some((lo.to_vec(), hi.to_vec()))
@@ -116,6 +117,7 @@ fn pick(v: &Version, opts: &Options, pointer: &mut [Vec<u8>; LEVELS]) -> Option<
 /// The compaction thread: compacts while some level is over its target.
 pub(crate) fn run(inner: &Inner) {
     let mut pointer: [Vec<u8>; LEVELS] = Default::default();
+    let mut backoff = flush::RETRY_MIN;
     loop {
         {
             let mut bg = inner.bg.lock();
@@ -134,12 +136,23 @@ pub(crate) fn run(inner: &Inner) {
         }
         let guard = inner.compaction_lock.lock();
         let v = inner.state.read().version.clone();
-        if let Some(c) = pick(&v, &inner.opts, &mut pointer)
-            && let Err(e) = compact(inner, &v, c)
-        {
-            inner.set_bg_error(e);
-        }
+        let result = match pick(&v, &inner.opts, &mut pointer) {
+            Some(c) => compact(inner, &v, c),
+            None => Ok(()),
+        };
         drop(guard);
+        match result {
+            Ok(()) => {
+                backoff = flush::RETRY_MIN;
+                inner.background_succeeded();
+            }
+            Err(e) => {
+                if inner.background_failed(e) {
+                    flush::pause(inner, backoff);
+                    backoff = (backoff * 2).min(flush::RETRY_MAX);
+                }
+            }
+        }
         inner.notify_bg();
     }
 }
@@ -198,8 +211,26 @@ fn is_base_level(v: &Version, out_level: usize, user_key: &[u8]) -> bool {
 fn merge(
     inner: &Inner,
     v: &Version,
-    inputs: &[Arc<TableFile>],
+    inputs: &[sync::Arc<TableFile>],
     out_level: usize,
+) -> Result<Vec<TableRecord>> {
+    let mut created = Vec::new();
+    merge_into(inner, v, inputs, out_level, &mut created).inspect_err(|_| {
+        // Frees the space of the outputs written so far (the next open
+        // would delete them anyway): a full device is retried later.
+        for n in &created {
+            let _ = inner.fs.remove(&files::table(&inner.dir, *n));
+        }
+    })
+}
+
+/// `merge`, recording the number of every table it creates in `created`.
+fn merge_into(
+    inner: &Inner,
+    v: &Version,
+    inputs: &[sync::Arc<TableFile>],
+    out_level: usize,
+    created: &mut Vec<u64>,
 ) -> Result<Vec<TableRecord>> {
     let oldest_snapshot = inner.oldest_snapshot();
     let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(inputs.len());
@@ -237,6 +268,7 @@ fn merge(
         }
         if writer.is_none() {
             let number = inner.new_file_number();
+            created.push(number);
             let path = files::table(&inner.dir, number);
             let file = inner
                 .fs
@@ -253,8 +285,7 @@ fn merge(
     }
     if !outputs.is_empty() {
         inner
-            .fs
-            .sync_dir(&inner.dir)
+            .sync_dir()
             .map_err(|e| Error::io("syncing the database directory", e))?;
     }
     Ok(outputs)

@@ -56,6 +56,7 @@ pub(crate) fn write_table(
 
 /// The flush thread: flushes sealed memtables, oldest first, until shutdown.
 pub(crate) fn run(inner: &Inner) {
+    let mut backoff = RETRY_MIN;
     loop {
         {
             let mut bg = inner.bg.lock();
@@ -69,10 +70,32 @@ pub(crate) fn run(inner: &Inner) {
                 inner.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
             }
         }
-        if let Err(e) = flush_oldest(inner) {
-            inner.set_bg_error(e);
+        match flush_oldest(inner) {
+            Ok(()) => {
+                backoff = RETRY_MIN;
+                inner.background_succeeded();
+            }
+            Err(e) => {
+                if inner.background_failed(e) {
+                    pause(inner, backoff);
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                }
+            }
         }
         inner.notify_bg();
+    }
+}
+
+/// First and longest wait before background work retries after running
+/// out of space.
+pub(crate) const RETRY_MIN: Duration = Duration::from_millis(20);
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Waits `d` (or until shutdown) before a paused background job retries.
+pub(crate) fn pause(inner: &Inner, d: Duration) {
+    let mut bg = inner.bg.lock();
+    if !bg.shutdown {
+        inner.bg_cv.wait_for(&mut bg, d);
     }
 }
 
@@ -87,11 +110,18 @@ fn flush_oldest(inner: &Inner) -> Result<()> {
         (mem, floor)
     };
     let number = inner.new_file_number();
-    let written = write_table(&*inner.fs, &inner.dir, number, &mem, &inner.table_opts)?;
-    inner
-        .fs
-        .sync_dir(&inner.dir)
-        .map_err(|e| Error::io("syncing the database directory", e))?;
+    let written = write_table(&*inner.fs, &inner.dir, number, &mem, &inner.table_opts)
+        .and_then(|w| {
+            inner
+                .sync_dir()
+                .map_err(|e| Error::io("syncing the database directory", e))?;
+            Ok(w)
+        })
+        .inspect_err(|_| {
+            // Frees the space of a partial table (the next open would
+            // delete it anyway); the memtable stays sealed for a retry.
+            let _ = inner.fs.remove(&files::table(&inner.dir, number));
+        })?;
     let mut edit = Edit {
         journal: Some(floor),
         ..Edit::default()
@@ -124,7 +154,7 @@ pub(crate) fn flush_and_wait(inner: &Inner) -> Result<()> {
     }
     let mut bg = inner.bg.lock();
     loop {
-        if let Some(e) = &bg.error {
+        if let Some(e) = bg.error.as_ref().or(bg.paused.as_ref()) {
             return Err(e.duplicate());
         }
         if bg.shutdown {

@@ -8,7 +8,8 @@
 //!  0     4    header_crc   masked CRC-32C of bytes 4..16 of the header
 //!  4     4    payload_len  u32 LE
 //!  8     4    payload_crc  masked CRC-32C of the payload
-//! 12     1    kind         1 = journal batch, 2 = manifest edit (persisted)
+//! 12     1    kind         1 = journal batch (old), 2 = manifest edit,
+//!                          3 = journal batch with durability mark (persisted)
 //! 13     3    reserved     zero
 //! 16     n    payload
 //! ```
@@ -17,7 +18,7 @@
 //! record can look for later intact records cheaply (12 bytes per offset),
 //! which is how a torn tail is told apart from damage in the middle.
 
-use super::coding::{Reader, crc};
+use super::coding::{Reader, crc, crc2};
 
 /// Size of a record header.
 pub const HEADER_LEN: usize = 16;
@@ -30,20 +31,31 @@ pub enum RecordKind {
     Batch = 1,
     /// A version edit (manifest files).
     Edit = 2,
+    /// A write batch preceded by its durability mark (journal files
+    /// written by journal format 2; format/batch.rs §journal records).
+    MarkedBatch = 3,
 }
 
 /// Appends one framed record to `out`.
 pub fn encode_record(out: &mut Vec<u8>, kind: RecordKind, payload: &[u8]) {
-    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-    debug_assert_eq!(len as usize, payload.len(), "record payload over 4 GiB");
+    encode_record_parts(out, kind, &[], payload);
+}
+
+/// Appends one framed record whose payload is `head` followed by `body`,
+/// without first copying them together.
+pub fn encode_record_parts(out: &mut Vec<u8>, kind: RecordKind, head: &[u8], body: &[u8]) {
+    let total = head.len() + body.len();
+    let len = u32::try_from(total).unwrap_or(u32::MAX);
+    debug_assert_eq!(len as usize, total, "record payload over 4 GiB");
     let mut header = [0u8; HEADER_LEN];
     header[4..8].copy_from_slice(&len.to_le_bytes());
-    header[8..12].copy_from_slice(&crc(payload).to_le_bytes());
+    header[8..12].copy_from_slice(&crc2(head, body).to_le_bytes());
     header[12] = kind as u8;
     let hcrc = crc(&header[4..]);
     header[0..4].copy_from_slice(&hcrc.to_le_bytes());
     out.extend_from_slice(&header);
-    out.extend_from_slice(payload);
+    out.extend_from_slice(head);
+    out.extend_from_slice(body);
 }
 
 /// How a log file ended.
@@ -79,6 +91,7 @@ fn parse_at(data: &[u8], pos: usize) -> Option<(RecordKind, &[u8], usize)> {
     let kind = match r.u8()? {
         1 => RecordKind::Batch,
         2 => RecordKind::Edit,
+        3 => RecordKind::MarkedBatch,
         _ => return None,
     };
     let start = pos + HEADER_LEN;
@@ -150,6 +163,24 @@ pub fn scan<'a>(
         records,
         tail: Tail::Clean,
     }
+}
+
+/// Every intact record anywhere in `data`, skipping bytes that start none.
+/// Only for `Sabotage::replay_past_damage`, which replays past damage on
+/// purpose to show the crash checkers catch the holes that leaves.
+pub fn scan_resync(data: &[u8]) -> Vec<Record<'_>> {
+    let mut records = Vec::new();
+    let mut pos = 0usize;
+    while pos < data.len() {
+        match parse_at(data, pos) {
+            Some((kind, payload, next)) => {
+                records.push((pos as u64, kind, payload));
+                pos = next;
+            }
+            None => pos += 1,
+        }
+    }
+    records
 }
 
 #[cfg(test)]

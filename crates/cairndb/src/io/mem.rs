@@ -1,112 +1,259 @@
-//! An in-memory file system for tests, with a durable image for simulated
-//! power cuts.
+//! An in-memory file system for tests: simulated storage with a durable
+//! image, realistic power-cut damage and injectable faults.
 //!
-//! Each file keeps its bytes and the length known durable (files are only
-//! appended to, so the durable image is a prefix). The directory has a live
-//! namespace and a durable one; `sync_dir` copies the live entries of that
-//! directory into the durable namespace. [`MemFs::power_cut`] replaces the
-//! live state with the durable one: unsynced appends vanish, unsynced
-//! creations, renames and removals revert. Richer damage (torn sectors,
-//! garbage, injected errors) belongs to the testkit's fault-injecting
-//! backend, which builds on the same trait.
+//! Each file keeps its live bytes (what reads see, like the page cache)
+//! and its durable bytes (what the device holds). `FileWrite::sync` copies
+//! live to durable. The namespace has a live map and a durable map, plus
+//! the log of creations, renames and removals since the directory was last
+//! synced; `sync_dir` applies that log to the durable map.
+//!
+//! A power cut ([`MemFs::power_cut`], [`MemFs::crash_image`]) keeps the
+//! durable state and, depending on [`Crash`], some of what was pending:
+//! - [`Crash::Clean`]: nothing pending survives.
+//! - [`Crash::Torn`]: a prefix of the pending namespace operations
+//!   survives (the file system journals metadata in order); each file's
+//!   unsynced bytes persist up to a random size, and every 4 KiB page of
+//!   them is kept, lost (zeros), or damaged per 512-byte sector (a left or
+//!   right part written, garbage, zeros). Bytes already durable are never
+//!   damaged by a crash (see docs/durability.md §Assumptions).
+//! - [`Crash::All`]: everything pending survives.
+//!
+//! Faults ([`MemFs::inject`]) make a chosen operation fail once or every
+//! time: `EIO` or `ENOSPC` (a failed append may leave a prefix of its
+//! bytes), a Linux-style lost fsync (returns `EIO`, the dirty bytes are
+//! dropped from the device but stay readable, and the next fsync succeeds),
+//! a bit flipped on read, or a misdirected write (a sync lands its bytes
+//! 4 KiB too early in the file and reports success).
+//!
+//! Every operation gets an index ([`MemFs::op_count`]) and is shown to the
+//! hook set by [`MemFs::set_hook`] before it takes effect, which is how the
+//! crash-state tests cut power at every IO point. Everything is
+//! deterministic for a given seed and sequence of operations.
 
 use super::{DirLock, FileRead, FileWrite, Fs};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Size of a page the simulated device writes back as a unit.
+pub const PAGE: usize = 4096;
+/// Size of a sector, the unit a torn page is damaged in.
+pub const SECTOR: usize = 512;
+
+/// Linux error numbers the simulated faults return.
+const EIO: i32 = 5;
+const ENOSPC: i32 = 28;
+
+/// An IO operation, as seen by faults and the hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    CreateDir,
+    Create,
+    Open,
+    Read,
+    Append,
+    Sync,
+    Rename,
+    Remove,
+    List,
+    SyncDir,
+    Lock,
+    /// Matches every operation (faults only).
+    Any,
+}
+
+impl OpKind {
+    /// True for operations that change the file system.
+    pub fn is_mutation(self) -> bool {
+        matches!(
+            self,
+            OpKind::CreateDir
+                | OpKind::Create
+                | OpKind::Append
+                | OpKind::Sync
+                | OpKind::Rename
+                | OpKind::Remove
+                | OpKind::SyncDir
+        )
+    }
+}
+
+/// What an injected fault does to the operation it hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The call fails with `EIO` (an append may leave a prefix behind).
+    Eio,
+    /// The call fails with `ENOSPC` (an append may leave a prefix behind).
+    Enospc,
+    /// On `Sync`: fails with `EIO` and drops the dirty bytes from the
+    /// device; they stay readable and the next sync reports success.
+    SyncLost,
+    /// On `Read`: one bit of the returned bytes is flipped.
+    FlipOnRead,
+    /// On `Sync`: the dirty bytes land 4 KiB before where they belong and
+    /// the call succeeds.
+    Misdirect,
+}
+
+/// A fault waiting for its operation.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    pub op: OpKind,
+    pub kind: FaultKind,
+    /// Matching operations to let pass before this one fires (0: the next).
+    pub nth: u64,
+    /// Fire on every matching operation from then on, not just once.
+    pub persistent: bool,
+    /// Only operations on paths containing this string match.
+    pub path_contains: Option<String>,
+}
+
+impl Fault {
+    /// A one-shot fault of `kind` on the next `op`.
+    pub fn once(op: OpKind, kind: FaultKind) -> Fault {
+        Fault {
+            op,
+            kind,
+            nth: 0,
+            persistent: false,
+            path_contains: None,
+        }
+    }
+}
+
+/// An operation about to happen, as shown to the hook.
+#[derive(Debug, Clone)]
+pub struct OpInfo {
+    /// Index of the operation since the file system was made.
+    pub index: u64,
+    pub op: OpKind,
+    pub path: PathBuf,
+}
+
+/// What survives a simulated power cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crash {
+    /// Only what was synced.
+    Clean,
+    /// What was synced, plus random parts of what was pending, damaged.
+    Torn,
+    /// Everything, synced or not.
+    All,
+}
+
+type Hook = Arc<dyn Fn(&OpInfo) + Send + Sync>;
 
 #[derive(Default)]
 struct Node {
     data: Mutex<NodeData>,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct NodeData {
-    bytes: Vec<u8>,
-    synced_len: usize,
+    /// What reads see.
+    live: Vec<u8>,
+    /// What the device holds.
+    durable: Vec<u8>,
+    /// Ranges dropped by a failed fsync: never written to the device.
+    lost: Vec<Range<usize>>,
+}
+
+impl NodeData {
+    /// The device image after a successful sync of everything live.
+    fn synced(&self) -> Vec<u8> {
+        let mut image = self.live.clone();
+        for r in &self.lost {
+            let end = r.end.min(image.len());
+            if r.start < end {
+                image[r.start..end].fill(0);
+            }
+        }
+        image
+    }
+}
+
+#[derive(Clone)]
+enum NsOp {
+    Put(PathBuf, Arc<Node>),
+    Remove(PathBuf),
+    /// Atomic: a crash keeps both halves or neither.
+    Rename(PathBuf, PathBuf, Arc<Node>),
+}
+
+impl NsOp {
+    fn path(&self) -> &Path {
+        match self {
+            NsOp::Put(p, _) | NsOp::Remove(p) | NsOp::Rename(_, p, _) => p,
+        }
+    }
+    fn apply(&self, map: &mut BTreeMap<PathBuf, Arc<Node>>) {
+        match self {
+            NsOp::Put(p, n) => {
+                map.insert(p.clone(), n.clone());
+            }
+            NsOp::Remove(p) => {
+                map.remove(p);
+            }
+            NsOp::Rename(from, to, n) => {
+                map.remove(from);
+                map.insert(to.clone(), n.clone());
+            }
+        }
+    }
 }
 
 #[derive(Default)]
 struct State {
     live: BTreeMap<PathBuf, Arc<Node>>,
     durable: BTreeMap<PathBuf, Arc<Node>>,
+    /// Namespace changes not yet made durable by `sync_dir`, in order.
+    pending: Vec<NsOp>,
     dirs: BTreeSet<PathBuf>,
+    faults: Vec<Fault>,
+    /// Operations a fault hit, in order.
+    fired: Vec<(OpInfo, FaultKind)>,
+    rng: u64,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    locks: Mutex<BTreeSet<PathBuf>>,
+    ops: AtomicU64,
+    hook: Mutex<Option<Hook>>,
 }
 
 /// An in-memory [`Fs`]. Cloning gives another handle to the same files.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct MemFs {
-    state: Arc<Mutex<State>>,
-    locks: Arc<Mutex<BTreeSet<PathBuf>>>,
+    shared: Arc<Shared>,
 }
 
-impl MemFs {
-    /// An empty file system.
-    pub fn new() -> Self {
-        Self::default()
+impl Default for MemFs {
+    fn default() -> Self {
+        MemFs::with_seed(0)
     }
+}
 
-    /// Simulates a power cut: only what was synced (file bytes by
-    /// `FileWrite::sync`, names by `Fs::sync_dir`) survives. Open handles
-    /// keep working on the surviving nodes; callers drop their databases
-    /// before calling this.
-    pub fn power_cut(&self) {
-        let mut state = self.state.lock();
-        state.live = state.durable.clone();
-        for node in state.live.values() {
-            let mut data = node.data.lock();
-            let keep = data.synced_len;
-            data.bytes.truncate(keep);
-        }
-        self.locks.lock().clear();
-    }
+/// splitmix64: the simulator's deterministic randomness.
+fn next_random(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
 
-    /// Test hook: replaces the byte at `offset` of `path` with `f(byte)`,
-    /// in both the live and the durable image. Returns false if out of range.
-    pub fn mutate_byte(&self, path: &Path, offset: usize, f: impl FnOnce(u8) -> u8) -> bool {
-        let state = self.state.lock();
-        let Some(node) = state.live.get(path) else {
-            return false;
-        };
-        let mut data = node.data.lock();
-        match data.bytes.get_mut(offset) {
-            Some(b) => {
-                *b = f(*b);
-                true
-            }
-            None => false,
-        }
-    }
+/// A value in `0..n` (0 when `n` is 0).
+fn below(state: &mut u64, n: u64) -> u64 {
+    if n == 0 { 0 } else { next_random(state) % n }
+}
 
-    /// Test hook: cuts `path` to `len` bytes (live and durable).
-    pub fn truncate(&self, path: &Path, len: usize) {
-        let state = self.state.lock();
-        if let Some(node) = state.live.get(path) {
-            let mut data = node.data.lock();
-            data.bytes.truncate(len);
-            data.synced_len = data.synced_len.min(len);
-        }
-    }
-
-    /// Size of `path`, if it exists.
-    pub fn file_len(&self, path: &Path) -> Option<u64> {
-        let state = self.state.lock();
-        state
-            .live
-            .get(path)
-            .map(|n| n.data.lock().bytes.len() as u64)
-    }
-
-    fn node(&self, path: &Path) -> io::Result<Arc<Node>> {
-        self.state
-            .lock()
-            .live
-            .get(path)
-            .cloned()
-            .ok_or_else(|| not_found(path))
-    }
+fn os_error(code: i32) -> io::Error {
+    io::Error::from_raw_os_error(code)
 }
 
 fn not_found(path: &Path) -> io::Error {
@@ -116,95 +263,427 @@ fn not_found(path: &Path) -> io::Error {
     )
 }
 
+impl MemFs {
+    /// An empty file system (seed 0).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty file system whose random choices (partial appends, crash
+    /// damage) follow `seed`.
+    pub fn with_seed(seed: u64) -> Self {
+        MemFs {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    rng: seed,
+                    ..State::default()
+                }),
+                locks: Mutex::new(BTreeSet::new()),
+                ops: AtomicU64::new(0),
+                hook: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Operations performed so far (the next one gets this index).
+    pub fn op_count(&self) -> u64 {
+        self.shared.ops.load(Ordering::SeqCst)
+    }
+
+    /// Calls `hook` before every operation takes effect (`None` removes
+    /// it). The hook runs without any of this file system's locks held, so
+    /// it may call [`MemFs::crash_image`].
+    pub fn set_hook(&self, hook: Option<Hook>) {
+        *self.shared.hook.lock() = hook;
+    }
+
+    /// Adds a fault; it fires on the `nth + 1`-th matching operation.
+    pub fn inject(&self, fault: Fault) {
+        self.shared.state.lock().faults.push(fault);
+    }
+
+    /// Removes every waiting fault.
+    pub fn clear_faults(&self) {
+        self.shared.state.lock().faults.clear();
+    }
+
+    /// The operations faults have hit so far, in order.
+    pub fn fired(&self) -> Vec<(OpInfo, FaultKind)> {
+        self.shared.state.lock().fired.clone()
+    }
+
+    /// Simulates a power cut in place, keeping only what was synced.
+    /// Callers drop their databases first; open handles keep working on
+    /// whatever nodes survive.
+    pub fn power_cut(&self) {
+        self.power_cut_with(Crash::Clean, 0);
+    }
+
+    /// Simulates a power cut in place with the given damage model.
+    pub fn power_cut_with(&self, crash: Crash, seed: u64) {
+        let image = self.crash_image(crash, seed);
+        let taken = std::mem::take(&mut *image.shared.state.lock());
+        let mut state = self.shared.state.lock();
+        state.live = taken.live;
+        state.durable = taken.durable;
+        state.pending.clear();
+        drop(state);
+        self.shared.locks.lock().clear();
+    }
+
+    /// A new, independent file system holding what the device would hold
+    /// after a power cut now. `self` is left untouched.
+    pub fn crash_image(&self, crash: Crash, seed: u64) -> MemFs {
+        let mut rng = seed ^ 0x5eed_c0de;
+        let state = self.shared.state.lock();
+        let mut names = state.durable.clone();
+        let keep_ops = match crash {
+            Crash::Clean => 0,
+            Crash::All => state.pending.len(),
+            Crash::Torn => below(&mut rng, state.pending.len() as u64 + 1) as usize,
+        };
+        for op in &state.pending[..keep_ops] {
+            op.apply(&mut names);
+        }
+        let out = MemFs::with_seed(seed);
+        {
+            let mut out_state = out.shared.state.lock();
+            out_state.dirs = state.dirs.clone();
+            for (path, node) in names {
+                let data = node.data.lock();
+                let bytes = match crash {
+                    Crash::Clean => data.durable.clone(),
+                    Crash::All => data.synced(),
+                    Crash::Torn => torn_image(&data, &mut rng),
+                };
+                let node = Arc::new(Node {
+                    data: Mutex::new(NodeData {
+                        live: bytes.clone(),
+                        durable: bytes,
+                        lost: Vec::new(),
+                    }),
+                });
+                out_state.live.insert(path.clone(), node.clone());
+                out_state.durable.insert(path, node);
+            }
+        }
+        out
+    }
+
+    /// Test hook: replaces the byte at `offset` of `path` with `f(byte)`,
+    /// in both the live and the durable image. Returns false if out of range.
+    pub fn mutate_byte(&self, path: &Path, offset: usize, f: impl FnOnce(u8) -> u8) -> bool {
+        let Some(node) = self.shared.state.lock().live.get(path).cloned() else {
+            return false;
+        };
+        let mut data = node.data.lock();
+        let Some(b) = data.live.get_mut(offset) else {
+            return false;
+        };
+        let new = f(*b);
+        *b = new;
+        if let Some(d) = data.durable.get_mut(offset) {
+            *d = new;
+        }
+        true
+    }
+
+    /// Test hook: cuts `path` to `len` bytes (live and durable).
+    pub fn truncate(&self, path: &Path, len: usize) {
+        if let Some(node) = self.shared.state.lock().live.get(path).cloned() {
+            let mut data = node.data.lock();
+            data.live.truncate(len);
+            data.durable.truncate(len);
+        }
+    }
+
+    /// Size of `path`, if it exists.
+    pub fn file_len(&self, path: &Path) -> Option<u64> {
+        let node = self.shared.state.lock().live.get(path).cloned()?;
+        let len = node.data.lock().live.len() as u64;
+        Some(len)
+    }
+
+    /// Counts the operation, shows it to the hook, and returns the fault
+    /// that hits it, if any, with a random word for the fault to use.
+    fn begin(&self, op: OpKind, path: &Path) -> Option<(FaultKind, u64)> {
+        let index = self.shared.ops.fetch_add(1, Ordering::SeqCst);
+        let info = OpInfo {
+            index,
+            op,
+            path: path.to_path_buf(),
+        };
+        let hook = self.shared.hook.lock().clone();
+        if let Some(hook) = hook {
+            hook(&info);
+        }
+        let mut state = self.shared.state.lock();
+        let path_str = path.to_string_lossy();
+        let hit = state.faults.iter_mut().position(|f| {
+            let matches = (f.op == OpKind::Any || f.op == op)
+                && f.path_contains
+                    .as_deref()
+                    .is_none_or(|s| path_str.contains(s));
+            if !matches {
+                return false;
+            }
+            if f.nth > 0 {
+                f.nth -= 1;
+                return false;
+            }
+            true
+        })?;
+        let fault = if state.faults[hit].persistent {
+            state.faults[hit].clone()
+        } else {
+            state.faults.remove(hit)
+        };
+        let word = next_random(&mut state.rng);
+        state.fired.push((info, fault.kind));
+        Some((fault.kind, word))
+    }
+
+    /// `Err` for the plain error faults; other kinds are handled by the
+    /// operations they apply to and ignored elsewhere.
+    fn fail(fault: Option<(FaultKind, u64)>) -> io::Result<()> {
+        match fault {
+            Some((FaultKind::Eio, _)) => Err(os_error(EIO)),
+            Some((FaultKind::Enospc, _)) => Err(os_error(ENOSPC)),
+            _ => Ok(()),
+        }
+    }
+
+    fn node(&self, path: &Path) -> io::Result<Arc<Node>> {
+        self.shared
+            .state
+            .lock()
+            .live
+            .get(path)
+            .cloned()
+            .ok_or_else(|| not_found(path))
+    }
+
+    fn change_namespace(&self, op: NsOp) {
+        let mut state = self.shared.state.lock();
+        op.apply(&mut state.live);
+        state.pending.push(op);
+    }
+}
+
+/// The device image of a file after a torn power cut: the durable bytes,
+/// then unsynced bytes persisted up to a random length, each 4 KiB page of
+/// them kept, zeroed or damaged per sector. Durable bytes are not touched.
+fn torn_image(data: &NodeData, rng: &mut u64) -> Vec<u8> {
+    let target = data.synced();
+    let durable_len = data.durable.len();
+    if target.len() <= durable_len {
+        return data.durable.clone();
+    }
+    // The device keeps its durable prefix (which differs from the live
+    // bytes only after a misdirected write); past it, the pending bytes.
+    let mut image = target;
+    image[..durable_len].copy_from_slice(&data.durable);
+    // Persisted size: often the full size (size updates are journaled
+    // promptly), otherwise anywhere from the durable size up.
+    if below(rng, 3) == 0 {
+        let len = durable_len + below(rng, (image.len() - durable_len) as u64 + 1) as usize;
+        image.truncate(len);
+    }
+    let len = image.len();
+    let mut page = durable_len / PAGE;
+    while page * PAGE < len {
+        let start = (page * PAGE).max(durable_len);
+        let end = ((page + 1) * PAGE).min(len);
+        // Per page: kept (new bytes), lost (zeros), or damaged by sector.
+        match below(rng, 8) {
+            0..=3 => {}
+            4 => image[start..end].fill(0),
+            _ => damage_sectors(&mut image[..end], start, page * PAGE, rng),
+        }
+        page += 1;
+    }
+    image
+}
+
+/// Damages the sectors of the page starting at `page_start`, only at
+/// offsets from `from` on: a left part written and the rest zero, a right
+/// part written, garbage sectors, or zeros.
+fn damage_sectors(image: &mut [u8], from: usize, page_start: usize, rng: &mut u64) {
+    let end = image.len();
+    let sectors = PAGE / SECTOR;
+    let split = page_start + SECTOR * (1 + below(rng, sectors as u64 - 1) as usize);
+    let mode = below(rng, 4);
+    for s in 0..sectors {
+        let lo = (page_start + s * SECTOR).max(from);
+        let hi = (page_start + (s + 1) * SECTOR).min(end);
+        if lo >= hi {
+            continue;
+        }
+        let sector_start = page_start + s * SECTOR;
+        match mode {
+            // Left part written: sectors from `split` on never made it.
+            0 if sector_start >= split => image[lo..hi].fill(0),
+            // Right part written: sectors before `split` never made it.
+            1 if sector_start < split => image[lo..hi].fill(0),
+            // Garbage in one sector out of two.
+            2 if s % 2 == 0 => {
+                for b in &mut image[lo..hi] {
+                    *b = next_random(rng) as u8;
+                }
+            }
+            3 => image[lo..hi].fill(0),
+            _ => {}
+        }
+    }
+}
+
 struct MemWrite {
+    fs: MemFs,
+    path: PathBuf,
     node: Arc<Node>,
 }
 
 impl FileWrite for MemWrite {
     fn append(&mut self, data: &[u8]) -> io::Result<()> {
-        self.node.data.lock().bytes.extend_from_slice(data);
+        let fault = self.fs.begin(OpKind::Append, &self.path);
+        if let Some((FaultKind::Eio | FaultKind::Enospc, word)) = fault {
+            // A failed write may still have written a prefix.
+            let keep = below(&mut { word }, data.len() as u64 + 1) as usize;
+            self.node.data.lock().live.extend_from_slice(&data[..keep]);
+            return MemFs::fail(fault);
+        }
+        self.node.data.lock().live.extend_from_slice(data);
         Ok(())
     }
+
     fn sync(&mut self) -> io::Result<()> {
+        let fault = self.fs.begin(OpKind::Sync, &self.path);
         let mut d = self.node.data.lock();
-        d.synced_len = d.bytes.len();
-        Ok(())
+        match fault {
+            Some((FaultKind::SyncLost, _)) => {
+                let from = d.durable.len();
+                let to = d.live.len();
+                if from < to {
+                    d.lost.push(from..to);
+                }
+                Err(os_error(EIO))
+            }
+            Some((FaultKind::Misdirect, _)) => {
+                let image = d.synced();
+                let from = d.durable.len().min(image.len());
+                let dirty = image[from..].to_vec();
+                let mut device = image;
+                device[from..].fill(0);
+                let at = from.saturating_sub(PAGE);
+                let n = dirty.len().min(device.len() - at);
+                device[at..at + n].copy_from_slice(&dirty[..n]);
+                d.durable = device;
+                d.lost.clear();
+                Ok(())
+            }
+            Some((FaultKind::Eio | FaultKind::Enospc, _)) => MemFs::fail(fault),
+            _ => {
+                d.durable = d.synced();
+                d.lost.clear();
+                Ok(())
+            }
+        }
     }
+
     fn len(&self) -> u64 {
-        self.node.data.lock().bytes.len() as u64
+        self.node.data.lock().live.len() as u64
     }
 }
 
 struct MemRead {
+    fs: MemFs,
+    path: PathBuf,
     node: Arc<Node>,
 }
 
 impl FileRead for MemRead {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let fault = self.fs.begin(OpKind::Read, &self.path);
+        MemFs::fail(fault)?;
         let d = self.node.data.lock();
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
         let end = start.checked_add(buf.len());
-        match end.and_then(|end| d.bytes.get(start..end)) {
-            Some(src) => {
-                buf.copy_from_slice(src);
-                Ok(())
-            }
-            None => Err(io::Error::new(
+        let Some(src) = end.and_then(|end| d.live.get(start..end)) else {
+            return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "read past end of file",
-            )),
+            ));
+        };
+        buf.copy_from_slice(src);
+        if let Some((FaultKind::FlipOnRead, word)) = fault
+            && !buf.is_empty()
+        {
+            let bit = (word % (buf.len() as u64 * 8)) as usize;
+            buf[bit / 8] ^= 1 << (bit % 8);
         }
+        Ok(())
     }
+
     fn len(&self) -> u64 {
-        self.node.data.lock().bytes.len() as u64
+        self.node.data.lock().live.len() as u64
     }
 }
 
 struct MemLock {
-    locks: Arc<Mutex<BTreeSet<PathBuf>>>,
+    locks: Arc<Shared>,
     dir: PathBuf,
 }
 impl DirLock for MemLock {}
 impl Drop for MemLock {
     fn drop(&mut self) {
-        self.locks.lock().remove(&self.dir);
+        self.locks.locks.lock().remove(&self.dir);
     }
 }
 
 impl Fs for MemFs {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        self.state.lock().dirs.insert(dir.to_path_buf());
+        MemFs::fail(self.begin(OpKind::CreateDir, dir))?;
+        self.shared.state.lock().dirs.insert(dir.to_path_buf());
         Ok(())
     }
+
     fn create(&self, path: &Path) -> io::Result<Box<dyn FileWrite>> {
+        MemFs::fail(self.begin(OpKind::Create, path))?;
         let node = Arc::new(Node::default());
-        self.state
-            .lock()
-            .live
-            .insert(path.to_path_buf(), node.clone());
-        Ok(Box::new(MemWrite { node }))
+        self.change_namespace(NsOp::Put(path.to_path_buf(), node.clone()));
+        Ok(Box::new(MemWrite {
+            fs: self.clone(),
+            path: path.to_path_buf(),
+            node,
+        }))
     }
+
     fn open(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
+        MemFs::fail(self.begin(OpKind::Open, path))?;
         Ok(Arc::new(MemRead {
+            fs: self.clone(),
+            path: path.to_path_buf(),
             node: self.node(path)?,
         }))
     }
+
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        let mut state = self.state.lock();
-        let node = state.live.remove(from).ok_or_else(|| not_found(from))?;
-        state.live.insert(to.to_path_buf(), node);
+        MemFs::fail(self.begin(OpKind::Rename, from))?;
+        let node = self.node(from)?;
+        self.change_namespace(NsOp::Rename(from.to_path_buf(), to.to_path_buf(), node));
         Ok(())
     }
+
     fn remove(&self, path: &Path) -> io::Result<()> {
-        self.state
-            .lock()
-            .live
-            .remove(path)
-            .map(drop)
-            .ok_or_else(|| not_found(path))
+        MemFs::fail(self.begin(OpKind::Remove, path))?;
+        self.node(path)?;
+        self.change_namespace(NsOp::Remove(path.to_path_buf()));
+        Ok(())
     }
+
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
-        let state = self.state.lock();
+        MemFs::fail(self.begin(OpKind::List, dir))?;
+        let state = self.shared.state.lock();
         Ok(state
             .live
             .keys()
@@ -212,21 +691,32 @@ impl Fs for MemFs {
             .filter_map(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned))
             .collect())
     }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        let mut state = self.state.lock();
-        let State { live, durable, .. } = &mut *state;
-        durable.retain(|p, _| p.parent() != Some(dir));
-        for (p, n) in live.iter().filter(|(p, _)| p.parent() == Some(dir)) {
-            durable.insert(p.clone(), n.clone());
-        }
+        MemFs::fail(self.begin(OpKind::SyncDir, dir))?;
+        let mut state = self.shared.state.lock();
+        let State {
+            durable, pending, ..
+        } = &mut *state;
+        pending.retain(|op| {
+            if op.path().parent() == Some(dir) {
+                op.apply(durable);
+                false
+            } else {
+                true
+            }
+        });
         Ok(())
     }
+
     fn exists(&self, path: &Path) -> bool {
-        let state = self.state.lock();
+        let state = self.shared.state.lock();
         state.live.contains_key(path) || state.dirs.contains(path)
     }
+
     fn lock(&self, dir: &Path) -> io::Result<Box<dyn DirLock>> {
-        let mut locks = self.locks.lock();
+        MemFs::fail(self.begin(OpKind::Lock, dir))?;
+        let mut locks = self.shared.locks.lock();
         if !locks.insert(dir.to_path_buf()) {
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
@@ -234,8 +724,121 @@ impl Fs for MemFs {
             ));
         }
         Ok(Box::new(MemLock {
-            locks: self.locks.clone(),
+            locks: self.shared.clone(),
             dir: dir.to_path_buf(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(fs: &MemFs, path: &str, data: &[u8], sync: bool) {
+        let mut f = fs.create(Path::new(path)).expect("create");
+        f.append(data).expect("append");
+        if sync {
+            f.sync().expect("sync");
+        }
+    }
+
+    fn read(fs: &MemFs, path: &str) -> Option<Vec<u8>> {
+        crate::io::read_all(fs, Path::new(path)).ok()
+    }
+
+    #[test]
+    fn clean_cut_keeps_only_synced_bytes_and_names() {
+        let fs = MemFs::new();
+        write(&fs, "/d/a", b"synced", true);
+        fs.sync_dir(Path::new("/d")).expect("sync dir");
+        write(&fs, "/d/b", b"named but not dir-synced", true);
+        let cut = fs.crash_image(Crash::Clean, 1);
+        assert_eq!(read(&cut, "/d/a").as_deref(), Some(&b"synced"[..]));
+        assert_eq!(read(&cut, "/d/b"), None);
+        let all = fs.crash_image(Crash::All, 1);
+        assert!(read(&all, "/d/b").is_some());
+    }
+
+    #[test]
+    fn torn_cut_never_damages_durable_bytes_and_sometimes_damages_the_rest() {
+        let fs = MemFs::new();
+        let mut f = fs.create(Path::new("/d/j")).expect("create");
+        fs.sync_dir(Path::new("/d")).expect("sync dir");
+        let synced: Vec<u8> = (0..5000u32).map(|i| i as u8 | 1).collect();
+        f.append(&synced).expect("append");
+        f.sync().expect("sync");
+        let pending: Vec<u8> = (0..20000u32).map(|i| (i % 251) as u8 | 1).collect();
+        f.append(&pending).expect("append");
+        let mut damaged = 0;
+        for seed in 0..200 {
+            let img = read(&fs.crash_image(Crash::Torn, seed), "/d/j").expect("file survives");
+            assert!(img.len() >= synced.len() && img.len() <= synced.len() + pending.len());
+            assert_eq!(&img[..synced.len()], &synced[..], "seed {seed}");
+            if img[synced.len()..] != pending[..img.len() - synced.len()] {
+                damaged += 1;
+            }
+        }
+        assert!(
+            damaged > 50,
+            "torn cuts damaged only {damaged} of 200 images"
+        );
+    }
+
+    #[test]
+    fn faults_fire_once_or_persistently_and_lost_fsync_drops_data() {
+        let fs = MemFs::new();
+        fs.inject(Fault {
+            nth: 1,
+            ..Fault::once(OpKind::Sync, FaultKind::SyncLost)
+        });
+        let mut f = fs.create(Path::new("/d/x")).expect("create");
+        fs.sync_dir(Path::new("/d")).expect("sync dir");
+        f.append(b"first").expect("append");
+        f.sync().expect("first sync passes");
+        f.append(b"second").expect("append");
+        assert_eq!(f.sync().expect_err("lost").raw_os_error(), Some(EIO));
+        f.append(b"third").expect("append");
+        f.sync().expect("the next fsync succeeds");
+        assert_eq!(read(&fs, "/d/x").as_deref(), Some(&b"firstsecondthird"[..]));
+        let cut = fs.crash_image(Crash::Clean, 0);
+        assert_eq!(
+            read(&cut, "/d/x").as_deref(),
+            Some(&b"first\0\0\0\0\0\0third"[..]),
+            "the dropped bytes never reached the device"
+        );
+
+        fs.inject(Fault {
+            persistent: true,
+            path_contains: Some("y".into()),
+            ..Fault::once(OpKind::Create, FaultKind::Enospc)
+        });
+        for _ in 0..3 {
+            let e = fs.create(Path::new("/d/y")).err().expect("enospc");
+            assert_eq!(e.kind(), io::ErrorKind::StorageFull);
+        }
+        assert!(
+            fs.create(Path::new("/d/z")).is_ok(),
+            "other paths unaffected"
+        );
+        fs.clear_faults();
+        assert!(fs.create(Path::new("/d/y")).is_ok());
+    }
+
+    #[test]
+    fn hook_sees_every_operation_in_order() {
+        let fs = MemFs::new();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        fs.set_hook(Some(Arc::new(move |op: &OpInfo| {
+            s.lock().push((op.index, op.op));
+        })));
+        write(&fs, "/d/a", b"x", true);
+        fs.set_hook(None);
+        let seen = seen.lock().clone();
+        assert_eq!(
+            seen,
+            vec![(0, OpKind::Create), (1, OpKind::Append), (2, OpKind::Sync)]
+        );
+        assert_eq!(fs.op_count(), 3);
     }
 }

@@ -18,7 +18,7 @@
 mod mem;
 mod posix;
 
-pub use mem::MemFs;
+pub use mem::{Crash, Fault, FaultKind, MemFs, OpInfo, OpKind};
 pub use posix::PosixFs;
 
 use std::io;

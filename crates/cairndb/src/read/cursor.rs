@@ -12,6 +12,7 @@ use crate::format::key;
 use crate::format::table::{Table, TableCursor};
 use crate::memtable::{IKey, Memtable};
 use crate::read::TableCache;
+use crate::sync;
 use crate::version::TableFile;
 use std::cmp::Ordering;
 use std::ops::Bound;
@@ -139,7 +140,7 @@ pub fn table_cursor(table: &Arc<Table>, dir: Dir, start: Option<&[u8]>) -> Table
 /// A cursor over the sorted, non-overlapping tables of one level; opens
 /// each table only when the cursor reaches it.
 pub struct LevelCursor {
-    files: Vec<Arc<TableFile>>,
+    files: Vec<sync::Arc<TableFile>>,
     tables: Arc<TableCache>,
     dir: Dir,
     start: Option<Vec<u8>>,
@@ -149,7 +150,7 @@ pub struct LevelCursor {
 
 impl LevelCursor {
     pub fn new(
-        files: Vec<Arc<TableFile>>,
+        files: Vec<sync::Arc<TableFile>>,
         tables: Arc<TableCache>,
         dir: Dir,
         start: Option<Vec<u8>>,

@@ -16,9 +16,12 @@
 //! Torn-tail policy (docs/durability.md): a journal is synced before the
 //! next one is started, so only the last journal holding writes may end in
 //! a torn record (later journals may exist, created empty just before a
-//! crash). Such a torn tail is cut. A damaged record followed by an intact
-//! record that continues the log (a batch with a higher seqno), or a torn
-//! tail with writes in a later journal, is `Corruption`.
+//! crash). Its first bad record ends the log: unsynced pages may reach the
+//! device in any order, so intact records after it are unsynced writes
+//! that are dropped with it — unless one of them carries a durability
+//! mark above the seqnos before the damage, which proves the damaged
+//! records were synced: that, and any bad record in an earlier journal, is
+//! `Corruption`.
 
 use crate::cache::BlockCache;
 use crate::db::{Bg, Counters, Inner, Journal, State};
@@ -35,8 +38,9 @@ use crate::read::TableCache;
 use crate::version::apply::write_manifest;
 use crate::version::files::{self, FileKind};
 use crate::version::{Reaper, Version};
+use crate::write::queue::GroupQueue;
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -107,17 +111,24 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                 dir.display()
             )));
         }
-        let has_data = kinds.iter().any(|k| {
-            matches!(
-                k,
-                FileKind::Manifest(_) | FileKind::Journal(_) | FileKind::Table(_)
-            )
-        });
+        // Creating a database writes a journal and a manifest before
+        // CURRENT, so a crash during creation leaves those without CURRENT;
+        // nothing was acknowledged yet, so the journals hold no record.
+        // Tables, or a journal holding a record, mean a database whose
+        // CURRENT was lost: refuse rather than start over on top of it.
+        let mut has_data = false;
+        for (name, kind) in names.iter().zip(&kinds) {
+            has_data |= match kind {
+                FileKind::Table(_) => true,
+                FileKind::Journal(_) => journal_holds_record(&*fs, &dir.join(name))?,
+                _ => false,
+            };
+        }
         if has_data {
             return Err(Error::corruption(
                 current,
                 0,
-                "CURRENT is missing but the directory holds database files",
+                "CURRENT is missing but the directory holds tables or journal records",
             ));
         }
         Recovered {
@@ -155,6 +166,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     for &n in &journals {
         holds_writes.push(journal_holds_record(&*fs, &files::journal(&dir, n))?);
     }
+    let manifest_seqno = rec.last_seqno;
     let mut mem = Memtable::new(0);
     let mut added = Edit::default();
     for (i, &n) in journals.iter().enumerate() {
@@ -168,6 +180,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             &mut mem,
             &mut |mem| flush_during_open(&*fs, &dir, new_number(), mem, &table_opts, &mut added),
             opts.memtable_bytes,
+            opts.sabotage.replay_past_damage,
         )?;
     }
     flush_during_open(&*fs, &dir, new_number(), &mut mem, &table_opts, &mut added)?;
@@ -223,17 +236,22 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             pressure: crate::compaction::write_pressure(&rec.version, &opts),
             version: Arc::new(rec.version),
         }),
-        queue: Mutex::new(VecDeque::new()),
+        queue: GroupQueue::new(),
         journal: Mutex::new(Journal {
             file: Some(journal_file),
             number: journal_number,
             poisoned: false,
+            synced_seqno: rec.last_seqno,
         }),
         manifest: Mutex::new(manifest),
         compaction_lock: Mutex::new(()),
         bg: Mutex::new(Bg::default()),
         bg_cv: Condvar::new(),
-        last_seqno: AtomicU64::new(rec.last_seqno),
+        last_seqno: AtomicU64::new(if opts.sabotage.stale_seqno_after_open {
+            manifest_seqno
+        } else {
+            rec.last_seqno
+        }),
         next_file,
         snapshots: Mutex::new(BTreeMap::new()),
         tables,
@@ -248,14 +266,25 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
 fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recovered> {
     let current = files::current(dir);
     let text = io::read_all(fs, &current).map_err(|e| Error::io("reading CURRENT", e))?;
-    let name = std::str::from_utf8(&text)
-        .ok()
-        .and_then(|s| s.strip_suffix('\n'))
-        .filter(|s| matches!(files::parse(s), FileKind::Manifest(_)))
-        .ok_or_else(|| Error::corruption(&current, 0, "CURRENT does not name a manifest"))?;
+    let name = files::parse_current(&text).ok_or_else(|| {
+        Error::corruption(
+            &current,
+            0,
+            "CURRENT does not name a manifest (or its checksum does not match)",
+        )
+    })?;
     let path = dir.join(name);
-    let data = io::read_all(fs, &path)
-        .map_err(|e| Error::io(format!("reading manifest {}", path.display()), e))?;
+    let data = io::read_all(fs, &path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Error::corruption(
+                &current,
+                0,
+                format!("CURRENT names {name}, which is missing"),
+            )
+        } else {
+            Error::io(format!("reading manifest {}", path.display()), e)
+        }
+    })?;
     let scan = log::scan(&data, |kind, payload, _| {
         kind == RecordKind::Edit && Edit::decode(payload).is_ok()
     });
@@ -362,47 +391,54 @@ fn replay_journal(
     mem: &mut Memtable,
     flush: &mut dyn FnMut(&mut Memtable) -> Result<()>,
     memtable_bytes: usize,
+    sabotage_resync: bool,
 ) -> Result<()> {
     let path: PathBuf = files::journal(dir, number);
     let data = io::read_all(fs, &path)
         .map_err(|e| Error::io(format!("reading journal {}", path.display()), e))?;
-    // A record found after damage continues this journal only if it is a
-    // batch with a higher seqno than everything before the damage; a stored
-    // value that happens to hold a record image does not qualify.
+    // Damage is a torn tail unless an intact record after it continues
+    // this journal (a batch with a higher seqno than everything before the
+    // damage; a stored value that happens to hold a record image does not
+    // qualify) and its durability mark says some of those higher seqnos
+    // had been synced, i.e. synced records were damaged.
     let start_seqno = *last_seqno;
     let scan = log::scan(&data, |kind, payload, earlier| {
         let before = earlier
             .last()
-            .and_then(|(_, _, p)| batch_codec::decode(p).ok())
+            .and_then(|(_, k, p)| batch_codec::split_journal_record(*k, p))
+            .and_then(|(_, b)| batch_codec::decode(b).ok())
             .map_or(start_seqno, |b| {
                 b.first_seqno.saturating_add(b.ops.len() as u64)
             });
-        kind == RecordKind::Batch
-            && batch_codec::decode(payload).is_ok_and(|b| b.first_seqno > before)
+        batch_codec::split_journal_record(kind, payload).is_some_and(|(mark, b)| {
+            mark >= before.saturating_add(1)
+                && batch_codec::decode(b).is_ok_and(|b| b.first_seqno > before)
+        })
     });
-    match scan.tail {
-        Tail::Clean => {}
-        Tail::Torn { .. } if may_be_torn => {}
+    let records = match scan.tail {
+        Tail::Clean => scan.records,
+        Tail::Torn { .. } | Tail::Damaged { .. } if sabotage_resync => log::scan_resync(&data),
+        Tail::Torn { .. } if may_be_torn => scan.records,
         Tail::Torn { offset } => {
             return Err(Error::corruption(
                 &path,
                 offset,
-                "torn record in a journal followed by a later journal holding writes",
+                "bad record in a journal followed by a later journal holding writes",
             ));
         }
         Tail::Damaged { offset } => {
             return Err(Error::corruption(
                 &path,
                 offset,
-                "damaged journal record followed by intact records",
+                "damaged journal record that a later record marks as synced",
             ));
         }
-    }
-    for (offset, kind, payload) in scan.records {
+    };
+    for (offset, kind, payload) in records {
         let bad = |d: String| Error::corruption(&path, offset, d);
-        if kind != RecordKind::Batch {
+        let Some((_, payload)) = batch_codec::split_journal_record(kind, payload) else {
             return Err(bad("journal holds a non-batch record".into()));
-        }
+        };
         let batch = batch_codec::decode(payload).map_err(bad)?;
         // The engine writes only non-empty batches with seqnos in
         // 1..=SEQNO_MAX, each above the last: anything else would make

@@ -35,8 +35,12 @@ pub(crate) fn write_manifest(
     let mut file = fs.create(&path).map_err(ctx)?;
     file.append(&rec).map_err(ctx)?;
     file.sync().map_err(ctx)?;
-    io::write_file_durably(fs, &files::current(dir), format!("{name}\n").as_bytes())
-        .map_err(|e| Error::io("updating CURRENT", e))?;
+    io::write_file_durably(
+        fs,
+        &files::current(dir),
+        files::current_contents(number).as_bytes(),
+    )
+    .map_err(|e| Error::io("updating CURRENT", e))?;
     Ok(Manifest {
         file,
         number,

@@ -59,3 +59,29 @@ pub fn parse(name: &str) -> FileKind {
     }
     FileKind::Other
 }
+
+/// The contents of CURRENT naming manifest `n`: the name, a space, the
+/// masked CRC-32C of the name as 8 lowercase hex digits, a newline
+/// (format.md §CURRENT).
+pub fn current_contents(n: u64) -> String {
+    let name = manifest_name(n);
+    let crc = crate::format::coding::crc(name.as_bytes());
+    format!("{name} {crc:08x}\n")
+}
+
+/// The manifest name in CURRENT's contents, if they are well formed and
+/// their checksum holds. Also accepts the first format (`NAME\n`, no
+/// checksum), written before CURRENT had one.
+pub fn parse_current(text: &[u8]) -> Option<&str> {
+    let line = std::str::from_utf8(text).ok()?.strip_suffix('\n')?;
+    let name = match line.split_once(' ') {
+        Some((name, crc)) => {
+            let crc = u32::from_str_radix(crc, 16)
+                .ok()
+                .filter(|_| crc.len() == 8)?;
+            (crate::format::coding::crc(name.as_bytes()) == crc).then_some(name)?
+        }
+        None => line,
+    };
+    matches!(parse(name), FileKind::Manifest(_)).then_some(name)
+}

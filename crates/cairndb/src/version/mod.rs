@@ -6,7 +6,9 @@
 //! `Arc<TableFile>` per table. A table removed by an edit is marked
 //! obsolete, and its file is deleted when the last `Arc<TableFile>` drops,
 //! that is when no version (and so no iterator or snapshot read) can still
-//! reach it.
+//! reach it. Table handles are `crate::sync::Arc` (std's `Arc`, or loom's
+//! under `--cfg loom`, where the loom model below checks that a file is
+//! deleted exactly once and never while a handle to it is held).
 //!
 //! Level 0 holds flushed memtables in flush order (overlapping ranges,
 //! newest last). Levels 1.. hold non-overlapping tables sorted by key.
@@ -18,9 +20,10 @@ use crate::format::key;
 use crate::format::manifest::{Edit, TableRecord};
 use crate::io::Fs;
 use crate::limits::LEVELS;
+use crate::sync;
+use crate::sync::atomic::{AtomicBool, Ordering};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Deletes obsolete table files; shared by every [`TableFile`] of a database.
 pub struct Reaper {
@@ -99,7 +102,7 @@ impl Drop for TableFile {
 /// The live tables, per level.
 #[derive(Clone, Default)]
 pub struct Version {
-    pub levels: [Vec<Arc<TableFile>>; LEVELS],
+    pub levels: [Vec<sync::Arc<TableFile>>; LEVELS],
 }
 
 impl Version {
@@ -111,7 +114,7 @@ impl Version {
         &self,
         edit: &Edit,
         reaper: &Arc<Reaper>,
-    ) -> Result<(Version, Vec<Arc<TableFile>>), String> {
+    ) -> Result<(Version, Vec<sync::Arc<TableFile>>), String> {
         let mut v = self.clone();
         let mut removed = Vec::new();
         for &(level, number) in &edit.removed {
@@ -127,7 +130,7 @@ impl Version {
             // keeps its handle and is not obsolete.
             let file = match removed.iter().position(|f| f.number == rec.number) {
                 Some(i) => removed.swap_remove(i),
-                None => Arc::new(TableFile::new(rec, reaper.clone())),
+                None => sync::Arc::new(TableFile::new(rec, reaper.clone())),
             };
             v.levels[rec.level].push(file);
         }
@@ -152,14 +155,14 @@ impl Version {
     }
 
     /// The table of `level` (>= 1) whose range may hold `user_key`.
-    pub fn find(&self, level: usize, user_key: &[u8]) -> Option<&Arc<TableFile>> {
+    pub fn find(&self, level: usize, user_key: &[u8]) -> Option<&sync::Arc<TableFile>> {
         let files = &self.levels[level];
         let i = files.partition_point(|f| f.largest_user() < user_key);
         files.get(i).filter(|f| f.smallest_user() <= user_key)
     }
 
     /// Tables of `level` intersecting the user-key range `[lo, hi]`.
-    pub fn overlapping(&self, level: usize, lo: &[u8], hi: &[u8]) -> Vec<Arc<TableFile>> {
+    pub fn overlapping(&self, level: usize, lo: &[u8], hi: &[u8]) -> Vec<sync::Arc<TableFile>> {
         self.levels[level]
             .iter()
             .filter(|f| f.overlaps(lo, hi))
@@ -188,5 +191,116 @@ impl Version {
             }
         }
         Ok(())
+    }
+}
+
+/// Table lifetime under concurrency: the engine's `Version::apply`,
+/// `TableFile::mark_obsolete` and `TableFile::drop` (with a `Reaper` on
+/// the in-memory `MemFs`), run by loom. Loom's `Arc` models the reference
+/// counts, so the model checks that the obsolete flag reaches whichever
+/// thread drops the last handle.
+///
+/// The current version sits in a loom `Mutex`, standing for the `state`
+/// lock of `Inner` (a `parking_lot` `RwLock`, which loom cannot run);
+/// installing follows `Inner::log_and_apply` without the manifest IO:
+/// apply, install, mark the removed tables obsolete, drop them.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::{Reaper, TableFile, Version, files};
+    use crate::format::key::{self, Kind};
+    use crate::format::manifest::{Edit, TableRecord};
+    use crate::io::{Fs, MemFs};
+    use crate::sync::{Arc, Mutex};
+    use std::path::PathBuf;
+
+    fn record(level: usize, number: u64, lo: &[u8], hi: &[u8]) -> TableRecord {
+        let ikey = |k: &[u8]| key::encode(k, key::make_tag(number, Kind::Put as u8));
+        TableRecord {
+            level,
+            number,
+            size: 100,
+            entries: 2,
+            smallest: ikey(lo),
+            largest: ikey(hi),
+        }
+    }
+
+    /// A reader: clones the current version, takes handles to its tables
+    /// (as a read view or an iterator does), lets the version go, and uses
+    /// the tables: none may be deleted while it holds them.
+    fn read(state: &Mutex<Arc<Version>>, deleted: &Mutex<Vec<u64>>) {
+        let version = state.lock().clone();
+        let held: Vec<Arc<TableFile>> = version.levels.iter().flatten().cloned().collect();
+        drop(version);
+        for table in &held {
+            let gone = deleted.lock().contains(&table.number);
+            assert!(
+                !gone,
+                "table {} deleted while a reader holds it",
+                table.number
+            );
+        }
+    }
+
+    /// One edit installed while two readers use the old or the new
+    /// version: table 1 moves from level 0 to level 1 (removed and added by
+    /// the same edit, so it keeps its handle), table 2 is compacted into
+    /// table 3. Table 2 is deleted exactly once, after the last handle to
+    /// it is gone; tables 1 and 3 are never deleted.
+    #[test]
+    fn loom_table_lifetime() {
+        crate::sync::model("table_lifetime", 4, || {
+            let dir = PathBuf::from("/db");
+            let fs = MemFs::new();
+            let deleted = Arc::new(Mutex::new(Vec::new()));
+            let log = deleted.clone();
+            let reaper = std::sync::Arc::new(Reaper {
+                fs: std::sync::Arc::new(fs.clone()),
+                dir: dir.clone(),
+                on_delete: Box::new(move |n| log.lock().push(n)),
+            });
+            for n in 1..=3 {
+                drop(fs.create(&files::table(&dir, n)).expect("create"));
+            }
+            let start = Edit {
+                added: vec![record(0, 1, b"a", b"m"), record(0, 2, b"f", b"z")],
+                ..Edit::default()
+            };
+            let (v1, removed) = Version::default()
+                .apply(&start, &reaper)
+                .expect("first edit");
+            assert!(removed.is_empty());
+            let state = Arc::new(Mutex::new(Arc::new(v1)));
+
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    let (state, deleted) = (state.clone(), deleted.clone());
+                    loom::thread::spawn(move || read(&state, &deleted))
+                })
+                .collect();
+
+            let compaction = Edit {
+                added: vec![record(1, 1, b"a", b"m"), record(1, 3, b"n", b"z")],
+                removed: vec![(0, 1), (0, 2)],
+                ..Edit::default()
+            };
+            let base = state.lock().clone();
+            let (v2, removed) = base.apply(&compaction, &reaper).expect("compaction edit");
+            *state.lock() = Arc::new(v2);
+            for table in removed {
+                table.mark_obsolete();
+            }
+            drop(base);
+
+            for r in readers {
+                r.join().expect("reader thread");
+            }
+            let gone = deleted.lock().clone();
+            assert_eq!(gone, [2], "the obsolete table deleted exactly once");
+            let exists = |n| fs.exists(&files::table(&dir, n));
+            assert!(exists(1) && !exists(2) && exists(3));
+            drop(state);
+            assert_eq!(*deleted.lock(), [2], "a live table is never deleted");
+        });
     }
 }

@@ -16,29 +16,29 @@
 //! behind garbage, where recovery would not reach them.
 
 pub mod batch;
+pub(crate) mod queue;
+#[cfg(all(test, loom))]
+mod seqno_model;
 
 use crate::db::Inner;
 use crate::error::{Error, Result};
 use crate::format::batch as codec;
-use crate::format::log::{RecordKind, encode_record};
 use crate::limits::{GROUP_BYTES_MAX, SEQNO_MAX};
 use crate::memtable::Memtable;
 use crate::options::WriteOptions;
 use crate::version::files;
 use batch::WriteBatch;
-use parking_lot::{Condvar, Mutex};
+use queue::Turn;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// A batch waiting in the group-commit queue.
+/// A batch waiting in the group-commit queue (`queue::GroupQueue`, which
+/// also holds its result slot and wake-up).
 pub(crate) struct Pending {
     rep: Vec<u8>,
     count: u32,
     sync: bool,
-    /// Set by the leader that committed this batch (under the queue lock).
-    result: Mutex<Option<Result<()>>>,
-    cv: Condvar,
 }
 
 /// Longest pause a writer takes per group while compaction is behind.
@@ -60,53 +60,18 @@ impl Inner {
             rep: batch.rep,
             count,
             sync: opts.sync,
-            result: Mutex::new(None),
-            cv: Condvar::new(),
         });
-        let mut queue = self.queue.lock();
-        queue.push_back(me.clone());
-        loop {
-            if let Some(r) = me.result.lock().take() {
-                return r;
-            }
-            if queue.front().is_some_and(|f| Arc::ptr_eq(f, &me)) {
-                break;
-            }
-            me.cv.wait(&mut queue);
-        }
-        drop(queue);
-
-        let room = self.make_room();
-        let group: Vec<Arc<Pending>> = match room {
-            Ok(()) => {
-                let queue = self.queue.lock();
-                let mut bytes = 0usize;
-                queue
-                    .iter()
-                    .take_while(|p| {
-                        bytes += p.rep.len();
-                        bytes <= GROUP_BYTES_MAX || Arc::ptr_eq(p, &me)
-                    })
-                    .cloned()
-                    .collect()
-            }
-            Err(_) => vec![me.clone()],
+        let mut leader = match self.queue.join(me) {
+            Turn::Done(result) => return result,
+            Turn::Lead(leader) => leader,
         };
-        let result = room.and_then(|()| self.commit_group(&group));
-
-        let mut queue = self.queue.lock();
-        for p in &group {
-            let front = queue.pop_front();
-            debug_assert!(front.is_some_and(|f| Arc::ptr_eq(&f, p)));
-            if !Arc::ptr_eq(p, &me) {
-                *p.result.lock() = Some(dup(&result));
-                p.cv.notify_one();
-            }
-        }
-        if let Some(next) = queue.front() {
-            next.cv.notify_one();
-        }
-        result
+        // The group is taken only once there is room; a failed `make_room`
+        // fails the leader's own batch alone, and the next writer leads.
+        let result = self.make_room().and_then(|()| {
+            let group = leader.take_group(|p| p.rep.len(), GROUP_BYTES_MAX);
+            self.commit_group(&group)
+        });
+        leader.finish(result, dup)
     }
 
     /// Appends the group to the journal, syncs if asked, inserts into the
@@ -118,18 +83,22 @@ impl Inner {
                 "an earlier journal write or sync failed".into(),
             ));
         }
-        let Some(file) = journal.file.as_mut() else {
+        if journal.file.is_none() {
             return Err(Error::Closed);
-        };
+        }
         let first = self.last_seqno.load(Ordering::Acquire) + 1;
         let mut next = first;
         let mut buf = Vec::with_capacity(group.iter().map(|p| p.rep.len() + 16).sum());
         let mut rep = Vec::new();
         for p in group.iter().filter(|p| p.count > 0) {
+            if self.opts.sabotage.split_batches {
+                next = codec::encode_split(&mut buf, journal.synced_seqno, &p.rep, next);
+                continue;
+            }
             rep.clear();
             rep.extend_from_slice(&p.rep);
             codec::set_seqno(&mut rep, next);
-            encode_record(&mut buf, RecordKind::Batch, &rep);
+            codec::encode_journal_record(&mut buf, journal.synced_seqno, &rep);
             next += u64::from(p.count);
         }
         if next - 1 > SEQNO_MAX {
@@ -139,6 +108,10 @@ impl Inner {
                 max: SEQNO_MAX,
             });
         }
+        let journal = &mut *journal;
+        let Some(file) = journal.file.as_mut() else {
+            return Err(Error::Closed);
+        };
         if !buf.is_empty()
             && let Err(e) = file.append(&buf)
         {
@@ -147,11 +120,15 @@ impl Inner {
             return Err(Error::io("appending to the journal", e));
         }
         if group.iter().any(|p| p.sync)
+            && !self.opts.sabotage.skip_journal_sync
             && let Err(e) = file.sync()
         {
             journal.poisoned = true;
             self.poison("journal sync", &e);
             return Err(Error::io("syncing the journal", e));
+        }
+        if group.iter().any(|p| p.sync) && !self.opts.sabotage.skip_journal_sync {
+            journal.synced_seqno = next - 1;
         }
         let mem = self.state.read().mem.clone();
         let mut seqno = first;
@@ -207,6 +184,11 @@ impl Inner {
                 || (mem_bytes >= self.opts.memtable_bytes
                     && sealed >= self.opts.memtables_sealed_max);
             if must_wait {
+                // Background work paused on a full device cannot make room:
+                // report that rather than wait for space to come back.
+                if let Some(e) = &self.bg.lock().paused {
+                    return Err(e.duplicate());
+                }
                 self.stall();
                 continue;
             }
@@ -246,12 +228,15 @@ impl Inner {
             self.poison("journal sync", &e);
             return Err(Error::io("syncing the journal", e));
         }
+        // Commits append and publish under the journal lock, which this
+        // holds: everything up to the published seqno is now durable.
+        journal.synced_seqno = self.last_seqno.load(Ordering::Acquire);
         let number = self.new_file_number();
         let path = files::journal(&self.dir, number);
         let new_file = self
             .fs
             .create(&path)
-            .and_then(|f| self.fs.sync_dir(&self.dir).map(|()| f))
+            .and_then(|f| self.sync_dir().map(|()| f))
             .map_err(|e| Error::io(format!("creating journal {}", path.display()), e))?;
         journal.file = Some(new_file);
         journal.number = number;

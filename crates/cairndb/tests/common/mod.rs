@@ -97,3 +97,4 @@ pub fn quiesce(db: &Db) {
     );
     std::thread::sleep(std::time::Duration::from_millis(30));
 }
+pub mod plan;

@@ -1,0 +1,198 @@
+//! A seeded workload shared by the crash-state and error-injection tests:
+//! batches whose presence is visible (each writes keys no other batch
+//! touches), overwrites and deletes of a small hot key set, some large
+//! values, flushes, compactions and reopens.
+
+use cairndb::io::MemFs;
+use cairndb::{Options, Sabotage, WriteBatch};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const DIR: &str = "/db";
+
+pub fn dir() -> &'static std::path::Path {
+    std::path::Path::new(DIR)
+}
+
+pub type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// One write batch of the plan.
+pub struct Batch {
+    /// (key, Some(value) for a put / None for a delete), in order.
+    pub ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Keys only this batch writes (puts, never touched again).
+    pub own: Vec<Vec<u8>>,
+    pub sync: bool,
+}
+
+pub enum Step {
+    Write(usize),
+    Flush,
+    Compact,
+    Reopen,
+    Read(Vec<u8>),
+}
+
+/// A seeded workload: the options it runs with and its steps.
+pub struct Plan {
+    pub seed: u64,
+    pub batches: Vec<Batch>,
+    pub steps: Vec<Step>,
+    pub memtable_bytes: usize,
+    pub background_compaction: bool,
+}
+
+pub fn plan(seed: u64) -> Plan {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let n_steps = rng.random_range(25..45);
+    let mut batches = Vec::new();
+    let mut steps = Vec::new();
+    for _ in 0..n_steps {
+        let roll = rng.random_range(0..100);
+        let step = match roll {
+            0..=7 => Step::Flush,
+            8..=10 => Step::Compact,
+            11..=13 => Step::Reopen,
+            14..=18 => Step::Read(hot_key(rng.random_range(0..48))),
+            _ => {
+                let b = batches.len();
+                batches.push(batch(&mut rng, b));
+                Step::Write(b)
+            }
+        };
+        steps.push(step);
+    }
+    Plan {
+        seed,
+        batches,
+        steps,
+        // Small memtables seal during writes (flushes then run in the
+        // background thread); larger ones flush only when asked.
+        memtable_bytes: if seed.is_multiple_of(3) {
+            6 << 10
+        } else {
+            256 << 10
+        },
+        background_compaction: seed.is_multiple_of(5),
+    }
+}
+
+pub fn hot_key(n: u32) -> Vec<u8> {
+    format!("h{n:03}").into_bytes()
+}
+
+pub fn value(rng: &mut StdRng, b: usize, i: usize) -> Vec<u8> {
+    let len = if rng.random_ratio(1, 25) {
+        rng.random_range(3000..12000)
+    } else {
+        rng.random_range(0..200)
+    };
+    let mut v = format!("{b}:{i}:").into_bytes();
+    v.extend((0..len).map(|j| b'a' + ((b * 7 + i * 3 + j) % 26) as u8));
+    v
+}
+
+pub fn batch(rng: &mut StdRng, b: usize) -> Batch {
+    let mut ops = Vec::new();
+    let mut own = Vec::new();
+    for i in 0..rng.random_range(1..4) {
+        let k = format!("o{b:05}-{i}").into_bytes();
+        own.push(k.clone());
+        ops.push((k, Some(value(rng, b, i))));
+    }
+    for i in own.len()..own.len() + rng.random_range(0..6) {
+        let k = hot_key(rng.random_range(0..48));
+        let v = if rng.random_ratio(1, 4) {
+            None
+        } else {
+            Some(value(rng, b, i))
+        };
+        ops.push((k, v));
+    }
+    Batch {
+        ops,
+        own,
+        sync: rng.random_ratio(1, 3),
+    }
+}
+
+pub fn options(plan: &Plan, fs: &MemFs, sabotage: Sabotage) -> Options {
+    Options {
+        fs: Arc::new(fs.clone()),
+        memtable_bytes: plan.memtable_bytes,
+        block_bytes: 512,
+        block_cache_bytes: 64 << 10,
+        table_bytes: 16 << 10,
+        level1_bytes: 32 << 10,
+        l0_compaction_trigger: 2,
+        background_compaction: plan.background_compaction,
+        sabotage,
+        ..Options::default()
+    }
+}
+
+impl Batch {
+    /// The batch as a `WriteBatch`.
+    pub fn to_write_batch(&self) -> WriteBatch {
+        let mut wb = WriteBatch::new();
+        for (k, v) in &self.ops {
+            match v {
+                Some(v) => wb.put(k, v),
+                None => wb.delete(k),
+            }
+            .expect("batch op");
+        }
+        wb
+    }
+}
+
+/// The batches whose own keys are present in `got`, ascending; `Err` names
+/// a batch present in part.
+pub fn present_batches(plan: &Plan, got: &Model) -> Result<Vec<usize>, String> {
+    let mut present = Vec::new();
+    for (b, batch) in plan.batches.iter().enumerate() {
+        let have = batch.own.iter().filter(|k| got.contains_key(*k)).count();
+        if have > 0 && have < batch.own.len() {
+            return Err(format!("batch {b}: {have} of {} own keys", batch.own.len()));
+        }
+        if have > 0 {
+            present.push(b);
+        }
+    }
+    Ok(present)
+}
+
+/// The model after applying the batches numbered in `which`, in order.
+pub fn model_of(plan: &Plan, which: &[usize]) -> Model {
+    let mut m = Model::new();
+    for &b in which {
+        for (k, v) in &plan.batches[b].ops {
+            match v {
+                Some(v) => m.insert(k.clone(), v.clone()),
+                None => m.remove(k),
+            };
+        }
+    }
+    m
+}
+
+/// The first key where `got` and `want` differ, described.
+pub fn first_difference(want: &Model, got: &Model) -> String {
+    let key = want
+        .iter()
+        .find(|(k, v)| got.get(*k) != Some(v))
+        .map(|(k, _)| k.clone())
+        .or_else(|| got.keys().find(|k| !want.contains_key(*k)).cloned())
+        .unwrap_or_default();
+    let show = |v: Option<&Vec<u8>>| {
+        v.map(|v| String::from_utf8_lossy(&v[..v.len().min(12)]).into_owned())
+    };
+    format!(
+        "key {:?}: want {:?}, got {:?}",
+        String::from_utf8_lossy(&key),
+        show(want.get(&key)),
+        show(got.get(&key))
+    )
+}
