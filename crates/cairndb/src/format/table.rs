@@ -432,7 +432,30 @@ fn read_block_bytes(
     let size =
         usize::try_from(handle.size).map_err(|_| corrupt(format!("{what} block too large")))?;
     let mut buf = vec![0u8; size + TRAILER_LEN];
-    file.read_exact_at(&mut buf, handle.offset).map_err(|e| {
+    // A checksum mismatch is read once more: a bit flipped in transit is
+    // not damage on the device, and failing would stop a compaction.
+    for attempt in 0..2 {
+        read_exact(file, path, &mut buf, handle, what)?;
+        match check_block(&buf, size, what, &corrupt) {
+            Ok(()) => break,
+            Err(e) if attempt == 1 => return Err(e),
+            Err(_) => {}
+        }
+    }
+    buf.truncate(size);
+    Ok(buf)
+}
+
+/// Reads the block and trailer `handle` names into `buf`.
+fn read_exact(
+    file: &dyn FileRead,
+    path: &Path,
+    buf: &mut [u8],
+    handle: BlockHandle,
+    what: &str,
+) -> Result<()> {
+    let corrupt = |detail: String| Error::corruption(path, handle.offset, detail);
+    file.read_exact_at(buf, handle.offset).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             corrupt(format!("{what} block extends past the end of the file"))
         } else {
@@ -445,7 +468,16 @@ fn read_block_bytes(
                 e,
             )
         }
-    })?;
+    })
+}
+
+/// Checks the trailer of a block read into `buf` (`size` body bytes).
+fn check_block(
+    buf: &[u8],
+    size: usize,
+    what: &str,
+    corrupt: &dyn Fn(String) -> Error,
+) -> Result<()> {
     let (body, trailer) = buf.split_at(size);
     let mut r = Reader::new(trailer);
     let ty = r
@@ -460,8 +492,7 @@ fn read_block_bytes(
     if ty != BLOCK_TYPE_RAW {
         return Err(corrupt(format!("{what} block has unknown type {ty}")));
     }
-    buf.truncate(size);
-    Ok(buf)
+    Ok(())
 }
 
 fn read_handle(r: &mut Reader<'_>) -> Option<BlockHandle> {
@@ -493,8 +524,15 @@ impl Table {
         }
         let footer_at = len - FOOTER_LEN as u64;
         let mut footer = [0u8; FOOTER_LEN];
-        file.read_exact_at(&mut footer, footer_at)
-            .map_err(|e| Error::io(format!("reading footer of table {}", path.display()), e))?;
+        // Read twice if the checksum fails: a flip in transit is not damage.
+        for _ in 0..2 {
+            file.read_exact_at(&mut footer, footer_at)
+                .map_err(|e| Error::io(format!("reading footer of table {}", path.display()), e))?;
+            let crc = footer.get(52..56).and_then(|b| b.try_into().ok());
+            if crc.map(u32::from_le_bytes) == Some(crate::format::coding::crc(&footer[..52])) {
+                break;
+            }
+        }
         let fcorrupt = |detail: String| Error::corruption(&path, footer_at, detail);
         let mut r = Reader::new(&footer);
         let handles = [

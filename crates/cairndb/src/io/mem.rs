@@ -163,7 +163,10 @@ struct NodeData {
 }
 
 impl NodeData {
-    /// The device image after a successful sync of everything live.
+    /// The device image after a successful sync: the durable bytes as they
+    /// are (a sync writes only what is dirty, so earlier damage stays),
+    /// then the live bytes past them, with ranges a failed fsync dropped
+    /// reading as zeros.
     fn synced(&self) -> Vec<u8> {
         let mut image = self.live.clone();
         for r in &self.lost {
@@ -172,6 +175,8 @@ impl NodeData {
                 image[r.start..end].fill(0);
             }
         }
+        let keep = self.durable.len().min(image.len());
+        image[..keep].copy_from_slice(&self.durable[..keep]);
         image
     }
 }

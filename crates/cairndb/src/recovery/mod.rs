@@ -263,9 +263,33 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     })
 }
 
+/// Reads a whole file. If `looks_whole` rejects what was read, reads it
+/// again until two reads agree (at most four reads), so a transient read
+/// error — a bit flipped between the device and memory — is not taken for
+/// a torn tail (which recovery would cut, losing data) or for damage.
+fn read_settled(
+    fs: &dyn Fs,
+    path: &Path,
+    looks_whole: impl Fn(&[u8]) -> bool,
+) -> std::io::Result<Vec<u8>> {
+    let mut data = io::read_all(fs, path)?;
+    if looks_whole(&data) {
+        return Ok(data);
+    }
+    for _ in 0..3 {
+        let again = io::read_all(fs, path)?;
+        if again == data {
+            break;
+        }
+        data = again;
+    }
+    Ok(data)
+}
+
 fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recovered> {
     let current = files::current(dir);
-    let text = io::read_all(fs, &current).map_err(|e| Error::io("reading CURRENT", e))?;
+    let text = read_settled(fs, &current, |t| files::parse_current(t).is_some())
+        .map_err(|e| Error::io("reading CURRENT", e))?;
     let name = files::parse_current(&text).ok_or_else(|| {
         Error::corruption(
             &current,
@@ -274,7 +298,10 @@ fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recove
         )
     })?;
     let path = dir.join(name);
-    let data = io::read_all(fs, &path).map_err(|e| {
+    let data = read_settled(fs, &path, |d| {
+        log::scan(d, |_, _, _| true).tail == Tail::Clean
+    })
+    .map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             Error::corruption(
                 &current,
@@ -394,8 +421,10 @@ fn replay_journal(
     sabotage_resync: bool,
 ) -> Result<()> {
     let path: PathBuf = files::journal(dir, number);
-    let data = io::read_all(fs, &path)
-        .map_err(|e| Error::io(format!("reading journal {}", path.display()), e))?;
+    let data = read_settled(fs, &path, |d| {
+        log::scan(d, |_, _, _| true).tail == Tail::Clean
+    })
+    .map_err(|e| Error::io(format!("reading journal {}", path.display()), e))?;
     // Damage is a torn tail unless an intact record after it continues
     // this journal (a batch with a higher seqno than everything before the
     // damage; a stored value that happens to hold a record image does not

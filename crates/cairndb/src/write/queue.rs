@@ -50,6 +50,7 @@ pub(crate) enum Turn<'q, T, R> {
 /// The writer whose item is first in the queue. Until it finishes, no
 /// other writer leads. Dropping it without `finish` (a panic while
 /// committing) leaves its item at the front and stops the queue.
+#[must_use = "a leader must `finish`, or no later writer is woken"]
 pub(crate) struct Leader<'q, T, R> {
     queue: &'q GroupQueue<T, R>,
     me: Arc<Waiter<T, R>>,
