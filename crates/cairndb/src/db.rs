@@ -31,7 +31,6 @@ use crate::write::Pending;
 use crate::write::batch::{WriteBatch, check_key};
 use crate::write::queue::GroupQueue;
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::BTreeMap;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -109,8 +108,8 @@ pub(crate) struct Inner {
     pub bg_cv: Condvar,
     pub last_seqno: AtomicU64,
     pub next_file: AtomicU64,
-    /// Registered snapshots: seqno → count.
-    pub snapshots: Mutex<BTreeMap<u64, usize>>,
+    /// Seqnos pinned by snapshots and transactions (no global lock).
+    pub pins: crate::txn::registry::Registry,
     pub tables: Arc<TableCache>,
     pub reaper: Arc<Reaper>,
     pub counters: Counters,
@@ -210,14 +209,9 @@ impl Inner {
         self.bg_cv.notify_all();
     }
 
-    /// The oldest seqno some snapshot may still read at.
+    /// The oldest seqno some snapshot or transaction may still read at.
     pub fn oldest_snapshot(&self) -> u64 {
-        let snaps = self.snapshots.lock();
-        snaps
-            .keys()
-            .next()
-            .copied()
-            .unwrap_or_else(|| self.last_seqno.load(Ordering::Acquire))
+        self.pins.oldest(&self.last_seqno)
     }
 
     fn shutdown(&self) -> Result<()> {
@@ -409,11 +403,28 @@ impl Db {
     /// A consistent view of the database as of now, kept until dropped.
     pub fn snapshot(&self) -> Snapshot {
         let inner = self.inner().clone();
-        let mut snaps = inner.snapshots.lock();
-        let seqno = inner.last_seqno.load(Ordering::Acquire);
-        *snaps.entry(seqno).or_insert(0) += 1;
-        drop(snaps);
-        Snapshot { inner, seqno }
+        let (pin, seqno) = inner.pins.pin(&inner.last_seqno);
+        Snapshot { inner, pin, seqno }
+    }
+
+    /// Starts an optimistic transaction with snapshot isolation: it reads
+    /// the database as of now plus its own writes, and its commit fails
+    /// with `Error::Conflict` if another commit wrote one of the keys it
+    /// writes (or read with `get_for_update`) since it began.
+    pub fn begin(&self) -> crate::txn::Transaction {
+        crate::txn::Transaction::new(self.clone(), crate::txn::Isolation::Snapshot)
+    }
+
+    /// Starts an optimistic serializable transaction: like
+    /// [`Db::begin`], and its commit also fails if another commit changed
+    /// anything it read — keys it got (present or not) and every key in
+    /// the ranges it scanned (phantoms included).
+    pub fn begin_serializable(&self) -> crate::txn::Transaction {
+        crate::txn::Transaction::new(self.clone(), crate::txn::Isolation::Serializable)
+    }
+
+    pub(crate) fn inner_arc(&self) -> &Arc<Inner> {
+        self.inner()
     }
 
     /// Writes the memtable to a table and waits until every sealed
@@ -458,6 +469,14 @@ impl Db {
             slowdown_micros: inner.counters.slowdown_micros.load(Ordering::Relaxed),
             write_error: bg.error.as_ref().map(Error::to_string),
             background_paused: bg.paused.as_ref().map(Error::to_string),
+            pinned: inner.pins.count(),
+            table_entries: view
+                .version
+                .levels
+                .iter()
+                .flatten()
+                .map(|f| f.entries)
+                .sum(),
         }
     }
 
@@ -493,6 +512,10 @@ pub struct Stats {
     pub write_error: Option<String>,
     /// Why background work is paused (the device was full), if it is.
     pub background_paused: Option<String>,
+    /// Seqnos pinned by live snapshots and transactions.
+    pub pinned: usize,
+    /// Entries (versions and tombstones) in all tables.
+    pub table_entries: u64,
 }
 
 /// A consistent read-only view of the database at one instant. Owned and
@@ -500,6 +523,7 @@ pub struct Stats {
 /// through compactions) until it is dropped.
 pub struct Snapshot {
     inner: Arc<Inner>,
+    pin: crate::txn::registry::Pin,
     seqno: u64,
 }
 
@@ -540,13 +564,7 @@ impl Snapshot {
 
 impl Drop for Snapshot {
     fn drop(&mut self) {
-        let mut snaps = self.inner.snapshots.lock();
-        if let Some(n) = snaps.get_mut(&self.seqno) {
-            *n -= 1;
-            if *n == 0 {
-                snaps.remove(&self.seqno);
-            }
-        }
+        self.inner.pins.unpin(&self.pin, self.seqno);
     }
 }
 

@@ -11,6 +11,8 @@
 //!   journal's durable state unknown. Writes are refused from then on (reads
 //!   keep working); reopen the database to recover from what is durable.
 //! - `Closed`: the handle was closed.
+//! - `Conflict`: a transaction lost to a concurrent commit; it wrote
+//!   nothing. Run it again.
 
 use std::path::PathBuf;
 
@@ -52,6 +54,10 @@ pub enum Error {
     /// The database was closed.
     #[error("database is closed")]
     Closed,
+    /// A transaction's commit found a conflicting commit since it began;
+    /// nothing of it was written. Retry the transaction.
+    #[error("transaction conflict: {0}")]
+    Conflict(String),
 }
 
 impl Error {
@@ -72,6 +78,11 @@ impl Error {
             offset,
             detail: detail.into(),
         }
+    }
+
+    /// True for a transaction conflict (`Error::Conflict`).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Conflict(_))
     }
 
     /// True for an IO error whose cause is a full device (`ENOSPC`).
@@ -110,6 +121,7 @@ impl Error {
             },
             Error::Poisoned(s) => Error::Poisoned(s.clone()),
             Error::Closed => Error::Closed,
+            Error::Conflict(s) => Error::Conflict(s.clone()),
         }
     }
 }

@@ -38,6 +38,7 @@ mod options;
 mod read;
 mod recovery;
 mod sync;
+mod txn;
 mod version;
 mod write;
 
@@ -47,6 +48,7 @@ pub use error::{Error, Result};
 pub use options::Sabotage;
 pub use options::{Options, WriteOptions};
 pub use read::iter::{Iter, KeyValue};
+pub use txn::{Isolation, Transaction, TxnIter};
 pub use write::batch::WriteBatch;
 
 /// The README's examples, compiled and run as doctests.

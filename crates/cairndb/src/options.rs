@@ -66,6 +66,8 @@ pub struct Sabotage {
     /// After open, hand out seqnos from the manifest's last seqno, ignoring
     /// the journal writes just replayed (new writes then sort below them).
     pub stale_seqno_after_open: bool,
+    /// Commit transactions without their conflict checks.
+    pub skip_conflict_checks: bool,
 }
 
 impl Default for Options {

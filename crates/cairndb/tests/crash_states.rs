@@ -429,7 +429,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 #[test]
 fn every_crash_state_recovers_what_was_acknowledged() {
-    let seeds = env_u64("CAIRNDB_CRASH_SEEDS", 40);
+    let seeds = env_u64("CAIRNDB_CRASH_SEEDS", 48);
     let seed0 = env_u64("CAIRNDB_CRASH_SEED0", 0);
     let totals = Totals::default();
     let mut all = Vec::new();
@@ -459,7 +459,7 @@ fn every_crash_state_recovers_what_was_acknowledged() {
         all.len(),
         all[0]
     );
-    if seeds >= 40 {
+    if seeds >= 48 {
         assert!(states >= 50_000, "only {states} crash states explored");
     }
 }

@@ -81,6 +81,14 @@ impl Memtable {
     }
 
     /// The newest version of `user_key` with seqno <= `snapshot`, if any.
+    /// Seqno of the newest version of `user_key` (a put or a tombstone).
+    pub fn newest_seqno(&self, user_key: &[u8]) -> Option<u64> {
+        let seek = IKey(key::seek_key(user_key, crate::limits::SEQNO_MAX).into_boxed_slice());
+        let entry = self.map.lower_bound(Bound::Included(&seek))?;
+        let (ukey, tag) = key::split(&entry.key().0)?;
+        (ukey == user_key).then(|| key::tag_seqno(tag))
+    }
+
     pub fn get(&self, user_key: &[u8], snapshot: u64) -> Option<Lookup> {
         let seek = IKey(key::seek_key(user_key, snapshot).into_boxed_slice());
         let entry = self.map.lower_bound(Bound::Included(&seek))?;

@@ -89,6 +89,31 @@ impl Iter {
         Ok(MergeCursor::new(children, dir))
     }
 
+    /// True if some key in this iterator's range has a version (a put or
+    /// a tombstone) newer than `since`: a phantom check for transactions.
+    /// Reads every version in the range, newest per key first.
+    pub(crate) fn changed_since(&self, since: u64) -> Result<bool> {
+        let start = match &self.lower {
+            Bound::Included(k) | Bound::Excluded(k) => {
+                Some(key::seek_key(k, crate::limits::SEQNO_MAX))
+            }
+            Bound::Unbounded => None,
+        };
+        let mut merge = self.merge(Dir::Forward, start)?;
+        while merge.advance()? {
+            let Some((user, tag)) = key::split(merge.key()) else {
+                continue;
+            };
+            if self.past_upper(user) {
+                break;
+            }
+            if !self.below_lower(user) && key::tag_seqno(tag) > since {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     fn past_upper(&self, user_key: &[u8]) -> bool {
         match &self.upper {
             Bound::Included(u) => user_key > u.as_slice(),

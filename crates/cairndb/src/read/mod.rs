@@ -76,6 +76,27 @@ pub struct ReadView {
 }
 
 impl ReadView {
+    /// Seqno of the newest version of `user_key` (a put or a tombstone) in
+    /// this view, or `None` if no version exists. Versions newer than the
+    /// oldest pinned snapshot are never dropped by compaction, so this is
+    /// exact for any seqno a live transaction compares it with.
+    pub fn newest_seqno(&self, user_key: &[u8]) -> Result<Option<u64>> {
+        for mem in std::iter::once(&self.mem).chain(self.sealed.iter().rev()) {
+            if let Some(s) = mem.newest_seqno(user_key) {
+                return Ok(Some(s));
+            }
+        }
+        let level0 = self.version.levels[0].iter().rev();
+        let deeper = (1..self.version.levels.len()).filter_map(|l| self.version.find(l, user_key));
+        for file in level0.filter(|f| f.covers(user_key)).chain(deeper) {
+            let table = self.tables.get(file)?;
+            if let Some((tag, _)) = table.get(user_key, crate::limits::SEQNO_MAX)? {
+                return Ok(Some(key::tag_seqno(tag)));
+            }
+        }
+        Ok(None)
+    }
+
     /// The value of `user_key` at `snapshot`, or `None` if absent/deleted.
     pub fn get(&self, user_key: &[u8], snapshot: u64) -> Result<Option<Vec<u8>>> {
         for mem in std::iter::once(&self.mem).chain(self.sealed.iter().rev()) {

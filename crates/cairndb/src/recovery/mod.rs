@@ -40,7 +40,6 @@ use crate::version::files::{self, FileKind};
 use crate::version::{Reaper, Version};
 use crate::write::queue::GroupQueue;
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -253,7 +252,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             rec.last_seqno
         }),
         next_file,
-        snapshots: Mutex::new(BTreeMap::new()),
+        pins: crate::txn::registry::Registry::new(),
         tables,
         reaper,
         counters: Counters::default(),

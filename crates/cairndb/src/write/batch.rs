@@ -41,6 +41,17 @@ pub(crate) fn check_key(key: &[u8]) -> Result<()> {
     Ok(())
 }
 
+pub(crate) fn check_value(value: &[u8]) -> Result<()> {
+    if value.len() > VALUE_LEN_MAX {
+        return Err(Error::LimitExceeded {
+            what: "value length",
+            actual: value.len() as u64,
+            max: VALUE_LEN_MAX as u64,
+        });
+    }
+    Ok(())
+}
+
 impl WriteBatch {
     pub fn new() -> Self {
         WriteBatch {
@@ -54,13 +65,7 @@ impl WriteBatch {
     /// unchanged.
     pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
         let (key, value) = (key.as_ref(), value.as_ref());
-        if value.len() > VALUE_LEN_MAX {
-            return Err(Error::LimitExceeded {
-                what: "value length",
-                actual: value.len() as u64,
-                max: VALUE_LEN_MAX as u64,
-            });
-        }
+        check_value(value)?;
         self.push(Kind::Put, key, value)
     }
 

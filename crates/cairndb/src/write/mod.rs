@@ -26,9 +26,11 @@ use crate::format::batch as codec;
 use crate::limits::{GROUP_BYTES_MAX, SEQNO_MAX};
 use crate::memtable::Memtable;
 use crate::options::WriteOptions;
+use crate::txn::Validation;
 use crate::version::files;
 use batch::WriteBatch;
 use queue::Turn;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -39,6 +41,13 @@ pub(crate) struct Pending {
     rep: Vec<u8>,
     count: u32,
     sync: bool,
+    /// A transaction's conflict check, run by the leader just before the
+    /// batch gets its seqnos.
+    check: Option<Validation>,
+    /// Set by the leader when the check failed: the batch was not written.
+    rejected: crate::sync::Mutex<Option<Error>>,
+    /// Set by the leader: the seqno of the batch's last op.
+    assigned: std::sync::atomic::AtomicU64,
 }
 
 /// Longest pause a writer takes per group while compaction is behind.
@@ -55,14 +64,33 @@ fn dup(r: &Result<()>) -> Result<()> {
 
 impl Inner {
     pub fn write(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
+        self.write_checked(batch, opts, None).map(drop)
+    }
+
+    /// Writes `batch` if `check` (a transaction's conflict check) passes
+    /// at commit time; `Error::Conflict` and nothing written otherwise.
+    /// Returns the seqno of the batch's last op (0 for an empty batch).
+    pub fn write_checked(
+        &self,
+        batch: WriteBatch,
+        opts: &WriteOptions,
+        check: Option<Validation>,
+    ) -> Result<u64> {
         let count = batch.len() as u32;
         let me = Arc::new(Pending {
             rep: batch.rep,
             count,
             sync: opts.sync,
+            check,
+            rejected: crate::sync::Mutex::new(None),
+            assigned: std::sync::atomic::AtomicU64::new(0),
         });
-        let mut leader = match self.queue.join(me) {
-            Turn::Done(result) => return result,
+        let rejected = |me: &Pending, r: Result<()>| match me.rejected.lock().take() {
+            Some(e) => Err(e),
+            None => r.map(|()| me.assigned.load(Ordering::Acquire)),
+        };
+        let mut leader = match self.queue.join(me.clone()) {
+            Turn::Done(result) => return rejected(&me, result),
             Turn::Lead(leader) => leader,
         };
         // The group is taken only once there is room; a failed `make_room`
@@ -71,7 +99,42 @@ impl Inner {
             let group = leader.take_group(|p| p.rep.len(), GROUP_BYTES_MAX);
             self.commit_group(&group)
         });
-        leader.finish(result, dup)
+        let result = leader.finish(result, dup);
+        rejected(&me, result)
+    }
+
+    /// Runs the conflict checks of the group's transactions, in queue
+    /// order, against the committed state and against the members before
+    /// them. Marks the losers `rejected`; returns which members go on.
+    fn check_group(&self, group: &[Arc<Pending>]) -> Vec<bool> {
+        if group.iter().all(|p| p.check.is_none()) || self.opts.sabotage.skip_conflict_checks {
+            return vec![true; group.len()];
+        }
+        // Under the journal lock: no commit is in flight, so the view holds
+        // every committed write.
+        let view = self.view();
+        let mut written: BTreeSet<Vec<u8>> = BTreeSet::new();
+        group
+            .iter()
+            .map(|p| {
+                let verdict = match &p.check {
+                    Some(check) => check.run(&view, &written),
+                    None => Ok(()),
+                };
+                match verdict {
+                    Ok(()) => {
+                        if let Ok(d) = codec::decode(&p.rep) {
+                            written.extend(d.ops.iter().map(|op| op.key.to_vec()));
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        *p.rejected.lock() = Some(e);
+                        false
+                    }
+                }
+            })
+            .collect()
     }
 
     /// Appends the group to the journal, syncs if asked, inserts into the
@@ -86,11 +149,19 @@ impl Inner {
         if journal.file.is_none() {
             return Err(Error::Closed);
         }
+        let accepted = self.check_group(group);
+        let live = || {
+            group
+                .iter()
+                .zip(&accepted)
+                .filter(|(p, ok)| **ok && p.count > 0)
+                .map(|(p, _)| p)
+        };
         let first = self.last_seqno.load(Ordering::Acquire) + 1;
         let mut next = first;
         let mut buf = Vec::with_capacity(group.iter().map(|p| p.rep.len() + 16).sum());
         let mut rep = Vec::new();
-        for p in group.iter().filter(|p| p.count > 0) {
+        for p in live() {
             if self.opts.sabotage.split_batches {
                 next = codec::encode_split(&mut buf, journal.synced_seqno, &p.rep, next);
                 continue;
@@ -132,7 +203,7 @@ impl Inner {
         }
         let mem = self.state.read().mem.clone();
         let mut seqno = first;
-        for p in group.iter().filter(|p| p.count > 0) {
+        for p in live() {
             // `WriteBatch` built `rep`, so it decodes; if it ever did not,
             // the journal would hold seqnos that were never published.
             let decoded = codec::decode(&p.rep).map_err(|d| {
@@ -144,6 +215,7 @@ impl Inner {
                 mem.insert(op.key, seqno, op.kind, op.value);
                 seqno += 1;
             }
+            p.assigned.store(seqno - 1, Ordering::Release);
         }
         debug_assert_eq!(seqno, next);
         self.last_seqno.store(next - 1, Ordering::Release);

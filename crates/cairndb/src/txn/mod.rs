@@ -1,0 +1,346 @@
+//! Optimistic transactions: snapshot isolation and serializable.
+//!
+//! A [`Transaction`] pins the seqno it reads at (`registry.rs`: a slot in
+//! the thread's shard, no global lock), buffers its writes, and records
+//! what its commit must check: the keys it writes or reads with
+//! `get_for_update` (snapshot isolation), plus every key it read and every
+//! range it scanned (serializable).
+//!
+//! Commit goes through the normal group-commit path: the batch joins the
+//! queue with its [`Validation`], and the group's leader, holding the
+//! journal lock (so no other commit is in flight), checks it just before
+//! assigning seqnos: a checked key or range fails if the committed state
+//! has a version of it newer than the transaction's snapshot, or if an
+//! earlier member of the same group writes it. A failed check writes
+//! nothing and returns `Error::Conflict`. Validation and seqno assignment
+//! therefore happen together, once per group, by the one writer that is
+//! appending to the journal anyway; begin, reads and read-only commits
+//! take no shared lock at all.
+//!
+//! Committed transactions are serializable in commit (seqno) order: a
+//! serializable transaction commits only if nothing it read changed
+//! between its snapshot and its commit point.
+
+pub(crate) mod registry;
+
+use crate::db::Db;
+use crate::error::{Error, Result};
+use crate::options::WriteOptions;
+use crate::read::ReadView;
+use crate::read::iter::{Iter, KeyValue};
+use crate::write::batch::WriteBatch;
+use registry::Pin;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::{Bound, RangeBounds};
+
+/// How a transaction is checked at commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// Write-write conflicts only: the commit fails if another commit
+    /// wrote a key this one writes (or read with `get_for_update`) after
+    /// it began. Write skew is possible.
+    Snapshot,
+    /// Also read-write conflicts: the commit fails if another commit
+    /// changed a key this one read (present or absent) or any key in a
+    /// range it scanned.
+    Serializable,
+}
+
+/// A scanned key range, as owned bounds.
+type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+/// A buffered write: `Some(value)` for a put, `None` for a delete.
+type OwnWrite = (Vec<u8>, Option<Vec<u8>>);
+
+/// What a commit checks, run by the group-commit leader.
+pub(crate) struct Validation {
+    snapshot: u64,
+    keys: BTreeSet<Vec<u8>>,
+    ranges: Vec<KeyRange>,
+}
+
+impl Validation {
+    /// `Ok` if nothing checked changed after the snapshot, in `view` (the
+    /// committed state) or in `written` (keys of the group's earlier
+    /// members); `Err(Conflict)` naming the first change otherwise.
+    pub(crate) fn run(&self, view: &ReadView, written: &BTreeSet<Vec<u8>>) -> Result<()> {
+        let conflict = |what: String| Err(Error::Conflict(what));
+        for k in &self.keys {
+            if written.contains(k) {
+                return conflict(format!("key {k:?} written by a commit in the same group"));
+            }
+            if let Some(s) = view.newest_seqno(k)?
+                && s > self.snapshot
+            {
+                return conflict(format!(
+                    "key {k:?} written at seqno {s} after snapshot {}",
+                    self.snapshot
+                ));
+            }
+        }
+        for (lo, hi) in &self.ranges {
+            if written
+                .range::<Vec<u8>, _>((lo.clone(), hi.clone()))
+                .next()
+                .is_some()
+            {
+                return conflict("a scanned range written by a commit in the same group".into());
+            }
+            let it = Iter::new(
+                view.clone(),
+                crate::limits::SEQNO_MAX,
+                lo.clone(),
+                hi.clone(),
+            );
+            if it.changed_since(self.snapshot)? {
+                return conflict(format!(
+                    "a scanned range changed after snapshot {}",
+                    self.snapshot
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An optimistic transaction. Reads see the database as of
+/// [`Db::begin`] plus the transaction's own writes; writes are buffered
+/// until [`Transaction::commit`]. Dropping it without committing rolls it
+/// back. `Send`: it may move between threads.
+pub struct Transaction {
+    db: Db,
+    pin: Pin,
+    snapshot: u64,
+    isolation: Isolation,
+    /// Buffered writes: `Some(value)` for a put, `None` for a delete.
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Keys read (serializable only): checked if the transaction writes.
+    reads: BTreeSet<Vec<u8>>,
+    /// Keys read with `get_for_update`: always checked.
+    locked: BTreeSet<Vec<u8>>,
+    ranges: Vec<KeyRange>,
+    done: bool,
+}
+
+impl std::fmt::Debug for Transaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transaction")
+            .field("snapshot", &self.snapshot)
+            .field("isolation", &self.isolation)
+            .field("writes", &self.writes.len())
+            .finish()
+    }
+}
+
+fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+impl Transaction {
+    pub(crate) fn new(db: Db, isolation: Isolation) -> Transaction {
+        let inner = db.inner_arc();
+        let (pin, snapshot) = inner.pins.pin(&inner.last_seqno);
+        Transaction {
+            db,
+            pin,
+            snapshot,
+            isolation,
+            writes: BTreeMap::new(),
+            reads: BTreeSet::new(),
+            locked: BTreeSet::new(),
+            ranges: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// The seqno this transaction reads at.
+    pub fn snapshot_seqno(&self) -> u64 {
+        self.snapshot
+    }
+
+    pub fn isolation(&self) -> Isolation {
+        self.isolation
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.done {
+            return Err(Error::InvalidArgument("transaction already ended".into()));
+        }
+        Ok(())
+    }
+
+    /// The value of `key` as this transaction sees it: its own write if it
+    /// made one, else the database at its snapshot. In serializable mode
+    /// the key (present or not) is checked at commit.
+    pub fn get(&mut self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        self.check_open()?;
+        let key = key.as_ref();
+        if let Some(w) = self.writes.get(key) {
+            return Ok(w.clone());
+        }
+        if self.isolation == Isolation::Serializable {
+            self.reads.insert(key.to_vec());
+        }
+        self.db.inner_arc().view().get(key, self.snapshot)
+    }
+
+    /// `get`, and the commit fails if another commit writes `key` after
+    /// this transaction began — in either isolation. Use it for
+    /// read-modify-write under snapshot isolation (prevents write skew on
+    /// that key).
+    pub fn get_for_update(&mut self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        self.check_open()?;
+        let key = key.as_ref();
+        self.locked.insert(key.to_vec());
+        if let Some(w) = self.writes.get(key) {
+            return Ok(w.clone());
+        }
+        self.db.inner_arc().view().get(key, self.snapshot)
+    }
+
+    /// Buffers a put (checked against the documented limits now).
+    pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.check_open()?;
+        let (key, value) = (key.as_ref(), value.as_ref());
+        crate::write::batch::check_key(key)?;
+        crate::write::batch::check_value(value)?;
+        self.writes.insert(key.to_vec(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    /// Buffers a delete.
+    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.check_open()?;
+        let key = key.as_ref();
+        crate::write::batch::check_key(key)?;
+        self.writes.insert(key.to_vec(), None);
+        Ok(())
+    }
+
+    /// Keys and values in `range` as this transaction sees them (its own
+    /// writes merged over the snapshot), in key order. In serializable
+    /// mode the whole range is checked at commit (phantoms included).
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&mut self, range: R) -> Result<TxnIter> {
+        self.check_open()?;
+        let lo = owned(range.start_bound().map(|k| k.as_ref()));
+        let hi = owned(range.end_bound().map(|k| k.as_ref()));
+        if self.isolation == Isolation::Serializable {
+            self.ranges.push((lo.clone(), hi.clone()));
+        }
+        let own: Vec<OwnWrite> = self
+            .writes
+            .range::<Vec<u8>, _>((lo.clone(), hi.clone()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let base = Iter::new(self.db.inner_arc().view(), self.snapshot, lo, hi);
+        Ok(TxnIter {
+            base: base.peekable(),
+            own: own.into_iter().peekable(),
+        })
+    }
+
+    /// Every key, as this transaction sees it.
+    pub fn iter(&mut self) -> Result<TxnIter> {
+        self.range::<&[u8], _>(..)
+    }
+
+    /// Commits with default write options (not synced).
+    pub fn commit(self) -> Result<()> {
+        self.commit_opt(&WriteOptions::default()).map(drop)
+    }
+
+    /// Commits atomically and durably per `opts`, or fails with
+    /// `Error::Conflict` having written nothing. Returns the commit's
+    /// seqno — its place in the serial order of commits — or `None` if it
+    /// wrote nothing. A transaction without writes is already serializable
+    /// at its snapshot: it commits without a check, except for its
+    /// `get_for_update` keys.
+    pub fn commit_opt(mut self, opts: &WriteOptions) -> Result<Option<u64>> {
+        self.check_open()?;
+        self.done = true;
+        let writes = std::mem::take(&mut self.writes);
+        let mut keys = std::mem::take(&mut self.locked);
+        if writes.is_empty() {
+            if keys.is_empty() {
+                return Ok(None);
+            }
+            self.ranges.clear();
+        } else {
+            keys.append(&mut self.reads);
+        }
+        let mut batch = WriteBatch::new();
+        for (k, v) in writes {
+            match &v {
+                Some(v) => batch.put(&k, v)?,
+                None => batch.delete(&k)?,
+            }
+            keys.insert(k);
+        }
+        let check = Validation {
+            snapshot: self.snapshot,
+            keys,
+            ranges: std::mem::take(&mut self.ranges),
+        };
+        let empty = batch.is_empty();
+        let seqno = self
+            .db
+            .inner_arc()
+            .write_checked(batch, opts, Some(check))?;
+        Ok((!empty).then_some(seqno))
+    }
+
+    /// Discards the buffered writes. Same as dropping the transaction.
+    pub fn rollback(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        self.db.inner_arc().pins.unpin(&self.pin, self.snapshot);
+    }
+}
+
+/// Iterator of [`Transaction::range`]: the transaction's own writes merged
+/// over a snapshot iterator; own puts replace, own deletes hide.
+pub struct TxnIter {
+    base: std::iter::Peekable<Iter>,
+    own: std::iter::Peekable<std::vec::IntoIter<OwnWrite>>,
+}
+
+impl Iterator for TxnIter {
+    type Item = Result<KeyValue>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let base_key = match self.base.peek() {
+                Some(Ok((k, _))) => Some(k.clone()),
+                Some(Err(_)) => return self.base.next(),
+                None => None,
+            };
+            let own_key = self.own.peek().map(|(k, _)| k.clone());
+            match (base_key, own_key) {
+                (None, None) => return None,
+                (Some(_), None) => return self.base.next(),
+                (b, Some(o)) => {
+                    if let Some(b) = &b {
+                        if b < &o {
+                            return self.base.next();
+                        }
+                        if b == &o {
+                            self.base.next();
+                        }
+                    }
+                    let (k, v) = self.own.next()?;
+                    match v {
+                        Some(v) => return Some(Ok((k, v))),
+                        None => continue,
+                    }
+                }
+            }
+        }
+    }
+}
