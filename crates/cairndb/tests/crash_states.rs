@@ -42,6 +42,7 @@ use std::sync::{Arc, Mutex};
 
 mod common;
 
+use common::env_u64;
 use common::plan::{
     Model, Plan, Step, dir, first_difference, hot_key, model_of, options, plan, present_batches,
 };
@@ -418,13 +419,6 @@ fn run_plan(
     if let Some(d) = db.take() {
         d.close().expect("workload close");
     }
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 #[test]

@@ -24,6 +24,7 @@ mod common;
 
 use cairndb::io::{Crash, Fault, FaultKind, MemFs, OpKind};
 use cairndb::{Db, Error, Sabotage, WriteOptions};
+use common::env_u64;
 use common::plan::{
     Model, Plan, Step, dir, first_difference, model_of, options, plan, present_batches,
 };
@@ -218,13 +219,6 @@ fn verify(plan: &Plan, fs: &MemFs, out: &Outcome, must: usize) -> Result<(), Str
         return Err(format!("wrong data: {}", first_difference(&want, &got)));
     }
     Ok(())
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 #[test]

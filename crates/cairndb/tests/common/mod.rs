@@ -98,3 +98,11 @@ pub fn quiesce(db: &Db) {
     std::thread::sleep(std::time::Duration::from_millis(30));
 }
 pub mod plan;
+
+/// The value of environment variable `name` as a number, or `default`.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
