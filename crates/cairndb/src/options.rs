@@ -60,8 +60,9 @@ pub struct Sabotage {
     pub skip_journal_sync: bool,
     /// Create new journals and tables without syncing the directory.
     pub skip_dir_sync: bool,
-    /// On replay, skip a damaged journal record whose header is intact and
-    /// continue after it (leaves holes instead of cutting a suffix).
+    /// On replay, skip damaged journal records and continue with any
+    /// intact record of a higher seqno (leaves holes instead of cutting a
+    /// suffix).
     pub replay_past_damage: bool,
     /// After open, hand out seqnos from the manifest's last seqno, ignoring
     /// the journal writes just replayed (new writes then sort below them).

@@ -529,7 +529,9 @@ impl Table {
             file.read_exact_at(&mut footer, footer_at)
                 .map_err(|e| Error::io(format!("reading footer of table {}", path.display()), e))?;
             let crc = footer.get(52..56).and_then(|b| b.try_into().ok());
-            if crc.map(u32::from_le_bytes) == Some(crate::format::coding::crc(&footer[..52])) {
+            if crc.map(u32::from_le_bytes) == Some(crate::format::coding::crc(&footer[..52]))
+                && footer.get(56..) == Some(&TABLE_MAGIC[..])
+            {
                 break;
             }
         }

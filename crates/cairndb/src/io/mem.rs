@@ -375,6 +375,31 @@ impl MemFs {
         out
     }
 
+    /// A new, independent file system holding what reads see now (the
+    /// live bytes and names, synced or not), all of it durable: the state a
+    /// process crash leaves, without the device's damage.
+    pub fn fork(&self) -> MemFs {
+        let state = self.shared.state.lock();
+        let out = MemFs::with_seed(state.rng);
+        {
+            let mut out_state = out.shared.state.lock();
+            out_state.dirs = state.dirs.clone();
+            for (path, node) in &state.live {
+                let bytes = node.data.lock().live.clone();
+                let node = Arc::new(Node {
+                    data: Mutex::new(NodeData {
+                        live: bytes.clone(),
+                        durable: bytes,
+                        lost: Vec::new(),
+                    }),
+                });
+                out_state.live.insert(path.clone(), node.clone());
+                out_state.durable.insert(path.clone(), node);
+            }
+        }
+        out
+    }
+
     /// Test hook: replaces the byte at `offset` of `path` with `f(byte)`,
     /// in both the live and the durable image. Returns false if out of range.
     pub fn mutate_byte(&self, path: &Path, offset: usize, f: impl FnOnce(u8) -> u8) -> bool {

@@ -479,7 +479,17 @@ fn replay_journal(
                 batch.first_seqno
             )));
         }
-        if batch.first_seqno <= *last_seqno {
+        // Seqnos are handed out without gaps (commit_group), and the
+        // manifest's last seqno ends where the floor journal begins, so
+        // each replayed batch starts right after the one before. A gap
+        // means records were lost or moved (a misdirected write can put
+        // later records where earlier ones were): never replay past it.
+        let follows = if sabotage_resync {
+            batch.first_seqno > *last_seqno
+        } else {
+            batch.first_seqno == *last_seqno + 1
+        };
+        if !follows {
             return Err(bad(format!(
                 "batch seqno {} does not follow {}",
                 batch.first_seqno, *last_seqno
