@@ -31,6 +31,8 @@ mod db;
 pub mod error;
 mod flush;
 pub(crate) mod format;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod io;
 pub mod limits;
 mod memtable;

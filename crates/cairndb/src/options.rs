@@ -23,7 +23,7 @@ pub struct Options {
     pub open_tables_max: usize,
     /// Target uncompressed size of a table data block.
     pub block_bytes: usize,
-    /// Keys between restart points in a data block.
+    /// Keys between restart points in a data block (1..=64).
     pub block_restart_interval: usize,
     /// Build a filter per table (BinaryFuse8; docs/filters.md).
     pub filter: bool,
@@ -120,8 +120,10 @@ impl Options {
         if self.block_bytes < 64 || self.block_bytes > (64 << 20) {
             return bad("block_bytes must be in 64 B ..= 64 MiB");
         }
-        if self.block_restart_interval == 0 {
-            return bad("block_restart_interval must be >= 1");
+        if self.block_restart_interval == 0 || self.block_restart_interval > 64 {
+            // Readers bound how far a block may expand when decoded by this
+            // (format::block::DECODE_GROWTH_MAX).
+            return bad("block_restart_interval must be in 1..=64");
         }
         if self.open_tables_max == 0 {
             return bad("open_tables_max must be >= 1");

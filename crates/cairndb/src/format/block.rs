@@ -249,17 +249,37 @@ impl Block {
 
     /// Decodes every entry: (key, value range into [`Block::data`]). Used by
     /// backward iteration.
+    ///
+    /// Keys are copied whole, so a crafted block whose entries share ever
+    /// longer prefixes could decode to far more bytes than it holds; past
+    /// `DECODE_GROWTH_MAX` times the block's size it is refused.
     pub fn decode_all(&self) -> Result<Decoded, Malformed> {
         let mut out = Vec::new();
+        let budget = self
+            .data
+            .len()
+            .saturating_mul(DECODE_GROWTH_MAX)
+            .max(1 << 16);
+        let mut decoded = 0usize;
         let mut it = self.iter(|_, _| Ordering::Equal);
         it.seek_to_first()?;
         while it.valid() {
+            decoded += it.key.len();
+            if decoded > budget {
+                return Err("keys decode to implausibly many bytes (prefix sharing)");
+            }
             out.push((it.key.clone(), it.value.clone()));
             it.next()?;
         }
         Ok(out)
     }
 }
+
+/// How many times its size a block may decode to in `decode_all`. A block
+/// from `BlockBuilder` stores a whole key at every restart point (at most
+/// every `restart_interval` entries), so each stored key byte expands to at
+/// most `restart_interval` decoded bytes; 64 covers intervals up to 64.
+const DECODE_GROWTH_MAX: usize = 64;
 
 fn read_u32(data: &[u8], at: usize) -> Option<u32> {
     let b = data.get(at..at.checked_add(4)?)?;

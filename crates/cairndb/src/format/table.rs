@@ -148,13 +148,21 @@ impl TableWriter {
     /// Adds an entry. `ikey` is an encoded internal key strictly greater
     /// (in `key::compare` order) than the previous one. Errors are `Io`;
     /// after one, the writer refuses further calls and the file is garbage.
+    /// Keys out of order (or shorter than a tag) are refused with
+    /// `Corruption`: they can only come from an input table whose blocks
+    /// pass their checksums but break the format (a foreign writer or a
+    /// bug), and writing them on would spread the damage.
     pub fn add(&mut self, ikey: &[u8], value: &[u8]) -> Result<()> {
         self.check_usable()?;
-        debug_assert!(ikey.len() >= TAG_LEN, "internal key shorter than a tag");
-        debug_assert!(
-            self.entries == 0 || key::compare(&self.last_key, ikey) == Ordering::Less,
-            "table keys out of order"
-        );
+        let in_order = self.entries == 0 || key::compare(&self.last_key, ikey) == Ordering::Less;
+        if ikey.len() < TAG_LEN || !in_order {
+            self.failed = true;
+            return Err(Error::corruption(
+                &self.path,
+                0,
+                "input keys out of order or malformed: an input table breaks the format",
+            ));
+        }
         if self.entries == 0 {
             self.smallest = ikey.to_vec();
         }

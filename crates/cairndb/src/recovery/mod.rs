@@ -44,6 +44,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+/// Largest file number the engine hands out (2^48 - 1: a million new files
+/// a second for eight years).
+const FILE_NUMBER_MAX: u64 = (1 << 48) - 1;
+
 /// What the manifest says.
 struct Recovered {
     version: Version,
@@ -145,7 +149,21 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         })
         .max()
         .unwrap_or(0);
-    let next_file = AtomicU64::new(rec.next_file.max(max_seen + 1));
+    // File numbers come from names in the directory and from the
+    // manifest; the engine never gets near this bound, so a number past it
+    // is a foreign or damaged name, and would overflow the counter.
+    let next = rec.next_file.max(max_seen.saturating_add(1));
+    if next > FILE_NUMBER_MAX {
+        return Err(Error::corruption(
+            &dir,
+            0,
+            format!(
+                "file number {} is past the largest the engine uses",
+                next - 1
+            ),
+        ));
+    }
+    let next_file = AtomicU64::new(next);
     let new_number = || next_file.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 
     // Replay journals into memtables, flushing each full one to level 0.
@@ -278,11 +296,43 @@ fn read_settled(
     for _ in 0..3 {
         let again = io::read_all(fs, path)?;
         if again == data {
-            break;
+            return Ok(data);
         }
         data = again;
     }
-    Ok(data)
+    // Every read differed: the device is not returning stable bytes.
+    // Cutting what was read as a torn tail could drop acknowledged data.
+    Err(std::io::Error::other(
+        "four reads returned different bytes (unstable reads)",
+    ))
+}
+
+/// The journal's continuation rule for `log::scan`: a record after damage
+/// counts (making the damage `Damaged`, not a torn tail) only if it is a
+/// batch continuing the log (a higher seqno than every seqno before the
+/// damage, `start_seqno` for a journal's first record) whose durability
+/// mark says some of those seqnos had been synced.
+pub(crate) fn journal_continues(
+    start_seqno: u64,
+) -> impl Fn(RecordKind, &[u8], &[log::Record<'_>]) -> bool {
+    move |kind, payload, earlier| {
+        let before = earlier
+            .last()
+            .and_then(|&(_, k, p)| batch_codec::split_journal_record(k, p))
+            .and_then(|(_, b)| batch_codec::decode(b).ok())
+            .map_or(start_seqno, |b| {
+                b.first_seqno.saturating_add(b.ops.len() as u64)
+            });
+        batch_codec::split_journal_record(kind, payload).is_some_and(|(mark, b)| {
+            mark >= before.saturating_add(1)
+                && batch_codec::decode(b).is_ok_and(|b| b.first_seqno > before)
+        })
+    }
+}
+
+/// The manifest's continuation rule: an edit that decodes.
+pub(crate) fn manifest_continues(kind: RecordKind, payload: &[u8], _: &[log::Record<'_>]) -> bool {
+    kind == RecordKind::Edit && Edit::decode(payload).is_ok()
 }
 
 fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recovered> {
@@ -311,9 +361,7 @@ fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recove
             Error::io(format!("reading manifest {}", path.display()), e)
         }
     })?;
-    let scan = log::scan(&data, |kind, payload, _| {
-        kind == RecordKind::Edit && Edit::decode(payload).is_ok()
-    });
+    let scan = log::scan(&data, manifest_continues);
     if let Tail::Damaged { offset } = scan.tail {
         return Err(Error::corruption(&path, offset, "damaged manifest record"));
     }
@@ -344,6 +392,9 @@ fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recove
             rec.next_file = rec.next_file.max(n);
         }
         if let Some(s) = edit.last_seqno {
+            if s > SEQNO_MAX {
+                return Err(bad(format!("last seqno {s} is past SEQNO_MAX")));
+            }
             rec.last_seqno = rec.last_seqno.max(s);
         }
     }
@@ -429,20 +480,7 @@ fn replay_journal(
     // damage; a stored value that happens to hold a record image does not
     // qualify) and its durability mark says some of those higher seqnos
     // had been synced, i.e. synced records were damaged.
-    let start_seqno = *last_seqno;
-    let scan = log::scan(&data, |kind, payload, earlier| {
-        let before = earlier
-            .last()
-            .and_then(|(_, k, p)| batch_codec::split_journal_record(*k, p))
-            .and_then(|(_, b)| batch_codec::decode(b).ok())
-            .map_or(start_seqno, |b| {
-                b.first_seqno.saturating_add(b.ops.len() as u64)
-            });
-        batch_codec::split_journal_record(kind, payload).is_some_and(|(mark, b)| {
-            mark >= before.saturating_add(1)
-                && batch_codec::decode(b).is_ok_and(|b| b.first_seqno > before)
-        })
-    });
+    let scan = log::scan(&data, journal_continues(*last_seqno));
     let records = match scan.tail {
         Tail::Clean => scan.records,
         Tail::Torn { .. } | Tail::Damaged { .. } if sabotage_resync => log::scan_resync(&data),
@@ -487,7 +525,7 @@ fn replay_journal(
         let follows = if sabotage_resync {
             batch.first_seqno > *last_seqno
         } else {
-            batch.first_seqno == *last_seqno + 1
+            Some(batch.first_seqno) == last_seqno.checked_add(1)
         };
         if !follows {
             return Err(bad(format!(
