@@ -174,6 +174,11 @@ fn run(plan: &Plan, fs: &MemFs, fault: Option<Fault>) -> Result<Outcome, String>
         }
     }
     fs.clear_faults();
+    // Background work may have hit the fault after the last step looked.
+    let fired = fs.fired();
+    for (info, kind) in &fired[seen.min(fired.len())..] {
+        space_only &= is_table_space(&info.path.to_string_lossy(), *kind);
+    }
     if let Some(d) = db.take() {
         if space_only {
             // Space is back: background work resumes without a reopen.
