@@ -41,6 +41,9 @@ enum Cmd {
     /// (internal) the contest's read phases, in a fresh process.
     #[command(hide = true)]
     ContestRead(bench::workloads::contest::ReadArgs),
+    /// (internal) one txn-scaling point alone, for a profiler.
+    #[command(hide = true)]
+    TxnProbe(bench::workloads::txn_scaling::ProbeArgs),
     /// (internal) fill a database without closing it, then wait to be killed.
     #[command(hide = true)]
     FillAndWait { dir: PathBuf, keys: u64 },
@@ -273,6 +276,9 @@ fn main() -> ExitCode {
             .map_err(|e| e as Box<dyn std::error::Error>),
         Cmd::ContestRead(a) => {
             bench::workloads::contest::read_main(a).map_err(|e| e as Box<dyn std::error::Error>)
+        }
+        Cmd::TxnProbe(a) => {
+            bench::workloads::txn_scaling::probe(&a).map_err(|e| e as Box<dyn std::error::Error>)
         }
         Cmd::Demo(a) => demo(a),
         Cmd::FillAndWait { dir, keys } => fill_and_wait(&dir, keys),

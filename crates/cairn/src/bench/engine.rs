@@ -7,6 +7,11 @@
 //! durable-on-return commit (fsync/fdatasync) and unsynced means it
 //! survives a process crash where the engine can promise that.
 //!
+//! Transactions are optional (`Engine::begin`): CairnDB's adapter has
+//! them (snapshot isolation, optimistic); the peers' adapters return
+//! `None`, and workloads that need them (`txn-scaling`, the transaction
+//! phases of `synctx`) record SKIP rows for those engines.
+//!
 //! Peers are compiled only with their cargo feature (`rocksdb`, `lmdb`,
 //! `fjall`, `redb`, `sled`): they are slow to build.
 
@@ -34,6 +39,18 @@ impl Default for EngineConfig {
 /// One batch operation: a put (`Some(value)`) or a delete (`None`).
 pub type BatchOp = (Vec<u8>, Option<Vec<u8>>);
 
+/// An open transaction (`Engine::begin`): reads see a snapshot taken at
+/// begin plus the transaction's own writes; writes are buffered until
+/// commit. Dropping it rolls it back.
+pub trait Txn {
+    fn get(&mut self, key: &[u8]) -> BenchResult<Option<Vec<u8>>>;
+    fn put(&mut self, key: &[u8], value: &[u8]) -> BenchResult<()>;
+    /// Commits, durably on return if `sync`. `Ok(false)`: the engine
+    /// refused the commit for a conflict with another commit and wrote
+    /// nothing; the caller may retry from a new begin.
+    fn commit(self: Box<Self>, sync: bool) -> BenchResult<bool>;
+}
+
 /// An open database of some engine. Shared by the workload's threads.
 pub trait Engine: Send + Sync {
     fn name(&self) -> &'static str;
@@ -54,6 +71,11 @@ pub trait Engine: Send + Sync {
     /// Makes everything written so far durable and settled (flush
     /// memtables); called between phases.
     fn flush(&self) -> BenchResult<()>;
+    /// Starts a snapshot-isolation transaction, or `None` if the adapter
+    /// has no transactions (workloads that need them skip the engine).
+    fn begin(&self) -> Option<Box<dyn Txn + '_>> {
+        None
+    }
 }
 
 /// Engines this build can run.
@@ -146,5 +168,27 @@ impl Engine for CairnEngine {
     }
     fn flush(&self) -> BenchResult<()> {
         Ok(self.db.flush()?)
+    }
+    fn begin(&self) -> Option<Box<dyn Txn + '_>> {
+        Some(Box::new(CairnTxn(self.db.begin())))
+    }
+}
+
+/// CairnDB's optimistic transaction (snapshot isolation).
+struct CairnTxn(cairndb::Transaction);
+
+impl Txn for CairnTxn {
+    fn get(&mut self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+        Ok(self.0.get(key)?)
+    }
+    fn put(&mut self, key: &[u8], value: &[u8]) -> BenchResult<()> {
+        Ok(self.0.put(key, value)?)
+    }
+    fn commit(self: Box<Self>, sync: bool) -> BenchResult<bool> {
+        match self.0.commit_opt(&cairndb::WriteOptions { sync }) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_conflict() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 }

@@ -9,7 +9,7 @@
 //! - `device`: direct-IO probes of the disk under the scratch directory.
 //! - `engine`: the `Engine` trait and adapters (CairnDB; peers behind cargo
 //!   features).
-//! - `workloads`: dbbench, synctx, ycsb, contest.
+//! - `workloads`: dbbench, synctx, ycsb, contest, txn-scaling.
 //! - `monitor`: the per-second timeline (ops, MB/s, CPU, disk, RSS).
 //! - `report`: the summary table, JSON lines, plots.
 
@@ -75,6 +75,18 @@ pub struct Row {
     pub latency_us: Option<(f64, f64)>,
     /// Unit of `rate()`: "ops/s" or "MB/s".
     pub unit: &'static str,
+    /// The ratio to `limit` the project aims for (at least), if it has
+    /// set one: the summary marks the row pass or fail. A miss is a
+    /// finding, not a failed run (figures on shared machines drift).
+    pub target: Option<f64>,
+    /// A remark on the row, such as how many commits met a conflict.
+    pub note: Option<String>,
+    /// Why the phase did not run on this engine (an adapter without
+    /// transactions, ...): a SKIP row with no figures.
+    pub skipped: Option<String>,
+    /// CPU cores other processes (and the hypervisor) took during the
+    /// phase: a figure measured beside them is not one of this machine.
+    pub others_cpu: Option<f64>,
 }
 
 impl Row {
@@ -91,14 +103,20 @@ impl Row {
     pub fn ratio(&self) -> Option<f64> {
         self.limit.as_ref().map(|(_, l)| self.rate() / l.max(1e-9))
     }
+    /// Whether the row reaches its target ratio; `None` without a target
+    /// or a measured limit.
+    pub fn target_met(&self) -> Option<bool> {
+        Some(self.ratio()? >= self.target?)
+    }
 }
 
 /// `cairn bench` arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// Workloads to run, comma-separated: dbbench, synctx, ycsb, contest.
-    /// Without it, the default suite runs all four, with `contest` scaled
-    /// down (1 GiB under a 512 MiB cap) so the suite takes minutes.
+    /// Workloads to run, comma-separated: dbbench, synctx, ycsb,
+    /// txn-scaling, contest. Without it, the default suite runs all five, with
+    /// `contest` scaled down (1 GiB under a 512 MiB cap) so the suite takes
+    /// minutes.
     #[arg(long, value_delimiter = ',')]
     pub workloads: Option<Vec<String>>,
     /// Engines to run side by side, comma-separated (peers need their
@@ -117,9 +135,26 @@ pub struct BenchArgs {
     /// synctx: batches per phase.
     #[arg(long, default_value_t = 10_000)]
     pub synctx_batches: u64,
-    /// synctx: concurrent committers in the second phase.
+    /// synctx: concurrent committers in the multi-committer phases.
     #[arg(long, default_value_t = 8)]
     pub committers: usize,
+    /// txn-scaling: keys preloaded (100-byte values).
+    #[arg(long, default_value_t = 100_000)]
+    pub txn_keys: u64,
+    /// txn-scaling: thread counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8, 16, 32, 64])]
+    pub txn_threads: Vec<usize>,
+    /// txn-scaling: seconds per thread count (read-only and read-write).
+    #[arg(long, default_value_t = 1.5)]
+    pub txn_secs: f64,
+    /// txn-scaling: slices each point is measured in, cycling through the
+    /// thread counts (and the two put phases), so machine drift spreads
+    /// over all of them.
+    #[arg(long, default_value_t = 5)]
+    pub txn_rounds: usize,
+    /// txn-scaling: puts in each plain-put phase.
+    #[arg(long, default_value_t = 200_000)]
+    pub txn_puts: u64,
     /// ycsb: records loaded.
     #[arg(long, default_value_t = 100_000)]
     pub ycsb_records: u64,
@@ -171,7 +206,7 @@ impl BenchArgs {
     fn resolve(&self) -> (Vec<String>, u64, u64) {
         let suite = self.workloads.is_none();
         let workloads = self.workloads.clone().unwrap_or_else(|| {
-            ["dbbench", "synctx", "ycsb", "contest"]
+            ["dbbench", "synctx", "ycsb", "txn-scaling", "contest"]
                 .map(String::from)
                 .to_vec()
         });
@@ -188,6 +223,10 @@ impl BenchArgs {
             self.synctx_batches = self.synctx_batches.min(200);
             self.ycsb_records = self.ycsb_records.min(5_000);
             self.ycsb_ops = self.ycsb_ops.min(5_000);
+            self.txn_keys = self.txn_keys.min(5_000);
+            self.txn_secs = self.txn_secs.min(0.05);
+            self.txn_rounds = 1;
+            self.txn_puts = self.txn_puts.min(10_000);
             self.contest_keys = Some(self.contest_keys.unwrap_or(4_096).min(4_096));
             self.mem_cap_mib = Some(0);
             self.probe_mib = self.probe_mib.min(64);
@@ -293,6 +332,23 @@ pub fn run(mut args: BenchArgs) -> BenchResult<()> {
                         ops: args.ycsb_ops,
                         threads: args.threads,
                         value_len: 1024,
+                        seed: args.seed,
+                    },
+                ),
+                "txn-scaling" => workloads::txn_scaling::run(
+                    &mut ctx,
+                    &workloads::txn_scaling::Config {
+                        keys: args.txn_keys.max(1),
+                        value_len: 100,
+                        threads: {
+                            let mut t = args.txn_threads.clone();
+                            t.sort_unstable();
+                            t.dedup();
+                            t
+                        },
+                        secs: args.txn_secs,
+                        rounds: args.txn_rounds,
+                        puts: args.txn_puts,
                         seed: args.seed,
                     },
                 ),

@@ -1,7 +1,9 @@
 //! The per-second timeline of a phase: throughput from the `Progress`
 //! counters, process CPU from /proc/self/stat, disk traffic of the device
 //! under the scratch directory from /proc/diskstats, and RSS from
-//! /proc/self/status.
+//! /proc/self/status; over the whole phase, the CPU that everything else
+//! on the machine took (/proc/stat, steal included), so that a figure
+//! measured on a busy shared machine says so.
 //!
 //! A sampler thread wakes at every whole second since `Monitor::start`,
 //! records a `Sample`, and (unless quiet) prints one dstat-like line to
@@ -59,6 +61,10 @@ pub struct PhaseStats {
     #[allow(dead_code)]
     pub disk_read_bytes: u64,
     pub disk_write_bytes: u64,
+    /// CPU used by other processes (and stolen by the hypervisor) during
+    /// the phase, in cores: machine busy time minus this process's, over
+    /// the wall time.
+    pub others_cpu: f64,
 }
 
 impl PhaseStats {
@@ -233,6 +239,26 @@ fn cpu_ticks() -> (u64, u64) {
     (user, sys)
 }
 
+/// Busy CPU time of the whole machine in clock ticks, from /proc/stat:
+/// user, nice, system, irq, softirq and steal (not idle or iowait).
+fn machine_busy_ticks() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return 0;
+    };
+    let Some(cpu) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0;
+    };
+    let f: Vec<u64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    [0, 1, 2, 5, 6, 7]
+        .iter()
+        .map(|&i| f.get(i).copied().unwrap_or(0))
+        .sum()
+}
+
 fn ticks_per_sec() -> f64 {
     // SAFETY: sysconf has no memory-safety preconditions.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -265,10 +291,12 @@ struct Snapshot {
     cpu_sys: u64,
     disk_read: u64,
     disk_write: u64,
+    machine_busy: u64,
 }
 
 impl Snapshot {
     fn take(progress: &Progress, disk: Option<&str>) -> Snapshot {
+        let machine_busy = machine_busy_ticks();
         let (cpu_user, cpu_sys) = cpu_ticks();
         let (disk_read, disk_write) = disk_bytes(disk);
         Snapshot {
@@ -279,6 +307,7 @@ impl Snapshot {
             cpu_sys,
             disk_read,
             disk_write,
+            machine_busy,
         }
     }
 }
@@ -371,7 +400,19 @@ impl Sampler {
         }
         self.bar.finish_and_clear();
         let end = self.prev;
+        let own =
+            (end.cpu_user + end.cpu_sys).saturating_sub(self.start.cpu_user + self.start.cpu_sys);
+        let others = end
+            .machine_busy
+            .saturating_sub(self.start.machine_busy)
+            .saturating_sub(own);
+        let wall = end.at.duration_since(self.start.at).as_secs_f64();
         PhaseStats {
+            others_cpu: if wall > 0.0 {
+                others as f64 / self.tick / wall
+            } else {
+                0.0
+            },
             stalled_seconds: self.samples.iter().filter(|s| s.stalled).count() as u64,
             samples: self.samples,
             peak_rss: peak_rss(),

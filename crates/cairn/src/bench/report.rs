@@ -2,8 +2,10 @@
 //!
 //! - `print_summary`: the device limits measured in this run, then one line
 //!   per row (engine × workload × phase) with its rate, its ratio to the
-//!   device limit it is compared with, amplification, RSS, stalls,
-//!   latency and OK/FAIL.
+//!   limit it is compared with (a device limit, or another row of the same
+//!   run), the target for that ratio and whether it was met, amplification,
+//!   RSS, stalls, CPU cores other processes took meanwhile, latency,
+//!   OK/FAIL/SKIP and a note.
 //! - `write_jsonl`: the same as JSON lines, appended to a file, for
 //!   comparing runs.
 //! - `plot`: `timeline.svg` (ops/s over time, one panel per workload/phase,
@@ -261,16 +263,21 @@ pub fn format_summary(device: &DeviceLimits, rows: &[Row], color: bool) -> Strin
         "phase",
         "rate",
         "ratio/limit",
+        "target",
         "wamp",
         "samp",
         "rss",
         "stall",
+        "others",
         "p50/p99µs",
         "check",
+        "note",
     ];
+    const TARGET: usize = 5;
+    const CHECK: usize = 12;
     // Right-aligned columns (numbers).
     let right = [
-        false, false, false, true, false, true, true, true, true, true, false,
+        false, false, false, true, false, false, true, true, true, true, true, true, false, false,
     ];
     let mut table: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
     for r in rows {
@@ -282,32 +289,55 @@ pub fn format_summary(device: &DeviceLimits, rows: &[Row], color: bool) -> Strin
             ),
             _ => "-".into(),
         };
+        let target = match (r.target, r.target_met()) {
+            (Some(t), Some(met)) => {
+                format!("≥{} {}", ratio_str(t), if met { "pass" } else { "fail" })
+            }
+            _ => "-".into(),
+        };
+        let check = if r.failure.is_some() {
+            "FAIL"
+        } else if r.skipped.is_some() {
+            "SKIP"
+        } else {
+            "OK"
+        };
+        let note = r.skipped.as_ref().or(r.note.as_ref());
+        let skipped = r.skipped.is_some();
         table.push(vec![
             r.engine.clone(),
             r.workload.clone(),
             r.phase.clone(),
-            rate_cell(r.rate(), r.unit),
+            if skipped {
+                "-".into()
+            } else {
+                rate_cell(r.rate(), r.unit)
+            },
             ratio,
+            target,
             opt_f(r.write_amp),
             opt_f(r.space_amp),
             r.peak_rss.map_or_else(|| "-".into(), mem_str),
-            r.stalls.to_string(),
+            if skipped {
+                "-".into()
+            } else {
+                r.stalls.to_string()
+            },
+            opt_f(r.others_cpu),
             r.latency_us.map_or_else(
                 || "-".into(),
                 |(a, b)| format!("{}/{}", lat_str(a), lat_str(b)),
             ),
-            if r.failure.is_some() {
-                "FAIL".into()
-            } else {
-                "OK".into()
-            },
+            check.into(),
+            note.cloned().unwrap_or_else(|| "-".into()),
         ]);
     }
     // Columns no row fills (all "-") are left out.
     let keep: Vec<usize> = (0..header.len())
-        .filter(|&c| c < 4 || c == 10 || table[1..].iter().any(|row| row[c] != "-"))
+        .filter(|&c| c < 4 || c == CHECK || table[1..].iter().any(|row| row[c] != "-"))
         .collect();
     let right: Vec<bool> = keep.iter().map(|&c| right[c]).collect();
+    let target_col = keep.iter().position(|&c| c == TARGET);
     let table: Vec<Vec<String>> = table
         .into_iter()
         .map(|row| keep.iter().map(|&c| row[c].clone()).collect())
@@ -337,11 +367,16 @@ pub fn format_summary(device: &DeviceLimits, rows: &[Row], color: bool) -> Strin
             }
             let pad = widths[c] - cell.chars().count();
             let last = c + 1 == ncol;
+            let alarm = (cell == "FAIL" && i > 0)
+                || (Some(c) == target_col && i > 0 && cell.ends_with(" fail"));
             if right[c] {
                 line.extend(std::iter::repeat_n(' ', pad));
                 line.push_str(cell);
-            } else if last && cell == "FAIL" {
+            } else if alarm {
                 let _ = write!(line, "{red}{cell}{reset}");
+                if !last {
+                    line.extend(std::iter::repeat_n(' ', pad));
+                }
             } else {
                 line.push_str(cell);
                 if !last {
@@ -360,10 +395,29 @@ pub fn format_summary(device: &DeviceLimits, rows: &[Row], color: bool) -> Strin
         }
     }
     let failed = rows.iter().filter(|r| r.failure.is_some()).count();
-    if failed > 0 {
-        let _ = writeln!(out, "{red}{failed} of {} rows FAILED{reset}", rows.len());
+    let skipped = rows.iter().filter(|r| r.skipped.is_some()).count();
+    let skipped = if skipped > 0 {
+        format!(" ({skipped} skipped)")
     } else {
-        let _ = writeln!(out, "all {} rows OK", rows.len());
+        String::new()
+    };
+    if failed > 0 {
+        let _ = writeln!(
+            out,
+            "{red}{failed} of {} rows FAILED{reset}{skipped}",
+            rows.len()
+        );
+    } else {
+        let _ = writeln!(out, "all {} rows OK{skipped}", rows.len());
+    }
+    let scored: Vec<bool> = rows.iter().filter_map(Row::target_met).collect();
+    if !scored.is_empty() {
+        let met = scored.iter().filter(|&&m| m).count();
+        let _ = writeln!(
+            out,
+            "targets: {met} of {} met (a miss is marked, it does not fail the run)",
+            scored.len()
+        );
     }
     out
 }
@@ -414,14 +468,25 @@ fn row_json(r: &Row, ts: u64) -> serde_json::Value {
         "ops": r.ops,
         "secs": r.secs,
         "user_bytes": r.user_bytes,
-        "status": if r.failure.is_some() { "FAIL" } else { "OK" },
+        "status": if r.failure.is_some() {
+            "FAIL"
+        } else if r.skipped.is_some() {
+            "SKIP"
+        } else {
+            "OK"
+        },
         "failure": r.failure,
+        "skipped": r.skipped,
+        "note": r.note,
+        "target": r.target,
+        "target_met": r.target_met(),
         "limit_name": r.limit.as_ref().map(|(n, _)| n),
         "limit": r.limit.as_ref().map(|(_, v)| v),
         "write_amp": r.write_amp,
         "space_amp": r.space_amp,
         "peak_rss": r.peak_rss,
         "stalls": r.stalls,
+        "others_cpu": r.others_cpu,
         "p50_us": r.latency_us.map(|l| l.0),
         "p99_us": r.latency_us.map(|l| l.1),
         "unit": r.unit,
@@ -684,10 +749,20 @@ fn plot_ratios(path: &Path, rows: &[Row]) -> BenchResult<()> {
         .filter_map(|r| {
             let ratio = r.ratio()?;
             let name = r.limit.as_ref().map_or("", |(n, _)| n.as_str());
+            let target = match (r.target, r.target_met()) {
+                (Some(t), Some(met)) => {
+                    format!(
+                        " (target {}: {})",
+                        ratio_str(t),
+                        if met { "pass" } else { "fail" }
+                    )
+                }
+                _ => String::new(),
+            };
             Some(Bar {
                 label: format!("{} {}/{}{}", r.engine, r.workload, r.phase, fail(r)),
                 value: ratio,
-                text: format!("{}x {name}", ratio_str(ratio)),
+                text: format!("{}x {name}{target}", ratio_str(ratio)),
                 color: color(&r.engine),
                 fail: r.failure.is_some(),
             })
@@ -696,7 +771,7 @@ fn plot_ratios(path: &Path, rows: &[Row]) -> BenchResult<()> {
 
     // Workload/phase groups that several engines ran, in order of appearance.
     let mut groups: Vec<((&str, &str), Vec<&Row>)> = Vec::new();
-    for r in rows {
+    for r in rows.iter().filter(|r| r.skipped.is_none()) {
         let key = (r.workload.as_str(), r.phase.as_str());
         match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, v)) => v.push(r),
@@ -750,8 +825,8 @@ fn plot_ratios(path: &Path, rows: &[Row]) -> BenchResult<()> {
     bar_panel(
         &root,
         &top,
-        "Throughput / device limit (same run)",
-        "ratio to the device limit",
+        "Throughput / limit (device, or another phase of the same run)",
+        "ratio to the limit",
         &limit_bars,
         label_px,
         Some(1.0),
@@ -829,6 +904,10 @@ mod tests {
             stalls: 0,
             latency_us: Some((3.25, 1234.0)),
             unit,
+            target: None,
+            note: None,
+            skipped: None,
+            others_cpu: None,
         }
     }
 
@@ -893,6 +972,76 @@ mod tests {
         // Nothing to show is still a well-formed summary.
         let empty = format_summary(&DeviceLimits::default(), &[], false);
         assert!(empty.contains("0 rows"), "{empty}");
+    }
+
+    #[test]
+    fn targets_notes_and_skips() {
+        let mut x2 = row(
+            "cairndb",
+            "txn-scaling",
+            "read-only x2",
+            20_000_000,
+            "ops/s",
+        );
+        x2.latency_us = None;
+        let mut x64 = x2.clone();
+        x64.phase = "read-only x64".into();
+        x64.ops = 19_000_000;
+        x64.limit = Some(("read-only x2".into(), x2.rate()));
+        x64.target = Some(0.90);
+        let mut low = x64.clone();
+        low.phase = "put, txn open".into();
+        low.ops = 17_000_000;
+        low.limit = Some(("put, no txn".into(), x2.rate()));
+        low.target = Some(0.95);
+        let mut rw = x2.clone();
+        rw.phase = "read-write x2".into();
+        rw.note = Some("3 conflicts (0.001 %)".into());
+        let skip = Row {
+            engine: "lmdb".into(),
+            workload: "txn-scaling".into(),
+            phase: "all phases".into(),
+            skipped: Some("no transactions in this engine's adapter".into()),
+            unit: "ops/s",
+            ..Row::default()
+        };
+        let rows = vec![x2, x64, low, rw, skip];
+        let text = format_summary(&device(), &rows, false);
+        println!("{text}");
+        let line = |phase: &str| {
+            text.lines()
+                .find(|l| l.contains("txn-scaling") && l.contains(phase))
+                .unwrap_or_default()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert!(
+            line("x64").contains("0.95 read-only x2 ≥0.90 pass"),
+            "{text}"
+        );
+        assert!(line("txn open").contains("0.85 put, no txn ≥0.95 fail"));
+        assert!(line("read-write").ends_with("OK 3 conflicts (0.001 %)"));
+        assert!(line("all phases").contains("- SKIP no transactions in this engine's adapter"));
+        assert!(text.contains("all 5 rows OK (1 skipped)"));
+        assert!(text.contains("targets: 1 of 2 met"));
+        let red = format_summary(&device(), &rows, true);
+        assert!(red.contains("\x1b[1;31m≥0.95 fail\x1b[0m"), "{red}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("runs.jsonl");
+        write_jsonl(&path, &device(), &rows).expect("write");
+        let text = std::fs::read_to_string(&path).expect("read");
+        let values: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("valid JSON line"))
+            .collect();
+        assert_eq!(values[2]["target"], 0.90);
+        assert_eq!(values[2]["target_met"], true);
+        assert_eq!(values[3]["target_met"], false);
+        assert!(values[1]["target_met"].is_null());
+        assert_eq!(values[4]["note"], "3 conflicts (0.001 %)");
+        assert_eq!(values[5]["status"], "SKIP");
+        plot(dir.path(), &[], &rows).expect("plots with skipped rows");
     }
 
     #[test]

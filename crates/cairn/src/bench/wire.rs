@@ -21,6 +21,8 @@ pub fn row_to_json(r: &Row) -> Value {
         "stalls": r.stalls,
         "p50_us": r.latency_us.map(|l| l.0), "p99_us": r.latency_us.map(|l| l.1),
         "unit": r.unit,
+        "target": r.target, "note": r.note, "skipped": r.skipped,
+        "others_cpu": r.others_cpu,
     })
 }
 
@@ -53,6 +55,10 @@ pub fn row_from_json(v: &Value) -> BenchResult<Row> {
         stalls: v["stalls"].as_u64().unwrap_or(0),
         latency_us: latency,
         unit: unit_of(v["unit"].as_str().unwrap_or("")),
+        target: v["target"].as_f64(),
+        note: v["note"].as_str().map(str::to_owned),
+        skipped: v["skipped"].as_str().map(str::to_owned),
+        others_cpu: v["others_cpu"].as_f64(),
     })
 }
 
@@ -121,6 +127,10 @@ mod tests {
             stalls: 2,
             latency_us: Some((1.0, 9.0)),
             unit: "MB/s",
+            target: Some(0.9),
+            note: Some("3 conflicts".into()),
+            skipped: None,
+            others_cpu: Some(0.25),
         };
         let back = row_from_json(&row_to_json(&r)).expect("decodes");
         assert_eq!(format!("{back:?}"), format!("{r:?}"));

@@ -10,6 +10,7 @@
 pub mod contest;
 pub mod dbbench;
 pub mod synctx;
+pub mod txn_scaling;
 pub mod ycsb;
 
 use super::engine::{self, Engine, EngineConfig};
@@ -17,7 +18,8 @@ use super::monitor::{self, Monitor, Sample};
 use super::{BenchResult, Progress, Row};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Everything a workload needs to run phases on one engine.
 pub struct Ctx {
@@ -51,6 +53,8 @@ pub struct Outcome {
     pub written_bytes: u64,
     pub failure: Option<String>,
     pub latency_us: Option<(f64, f64)>,
+    /// A remark for the row (`Row::note`).
+    pub note: Option<String>,
 }
 
 impl Ctx {
@@ -194,10 +198,100 @@ impl Ctx {
             stalls: stats.stalled_seconds,
             latency_us: outcome.latency_us,
             unit,
+            target: None,
+            note: outcome.note,
+            skipped: None,
+            others_cpu: Some(stats.others_cpu),
         });
         self.timelines.push((label, stats.samples));
         let row = self.rows.last();
         row.expect("a row was just pushed")
+    }
+
+    /// Merges the rows recorded since row `from` that share a workload and
+    /// phase into one row each, in order of first appearance, and their
+    /// timelines into one each (end to end). For phases measured in
+    /// interleaved slices, so that drift on a shared machine spreads over
+    /// every phase instead of favouring the one that ran in a quiet
+    /// moment. Operations, seconds, bytes and stalls add up, the peak RSS
+    /// is the largest, write amplification is weighted by bytes, the first
+    /// failure wins, the CPU others took is averaged over time; latency,
+    /// limit, target and note are the first slice's (set them after
+    /// merging).
+    pub fn merge_since(&mut self, from: usize) {
+        let slices = self.rows.split_off(from.min(self.rows.len()));
+        let mut merged: Vec<Row> = Vec::new();
+        for r in slices {
+            let Some(m) = merged
+                .iter_mut()
+                .find(|m| m.workload == r.workload && m.phase == r.phase)
+            else {
+                merged.push(r);
+                continue;
+            };
+            m.others_cpu = match (m.others_cpu, r.others_cpu) {
+                (Some(a), Some(b)) => Some((a * m.secs + b * r.secs) / (m.secs + r.secs).max(1e-9)),
+                (a, b) => a.or(b),
+            };
+            m.write_amp = match (m.write_amp, r.write_amp) {
+                (Some(a), Some(b)) => {
+                    let (wa, wb) = (m.user_bytes as f64, r.user_bytes as f64);
+                    Some((a * wa + b * wb) / (wa + wb).max(1.0))
+                }
+                (a, b) => a.or(b),
+            };
+            m.ops += r.ops;
+            m.secs += r.secs;
+            m.user_bytes += r.user_bytes;
+            m.stalls += r.stalls;
+            m.peak_rss = m.peak_rss.max(r.peak_rss);
+            m.space_amp = r.space_amp.or(m.space_amp);
+            if m.failure.is_none() {
+                m.failure = r.failure;
+            }
+        }
+        let engine = self
+            .engine
+            .as_ref()
+            .map_or(self.engine_name.as_str(), |e| e.name());
+        let labels: Vec<String> = merged
+            .iter()
+            .map(|m| format!("{engine}/{}/{}", m.workload, m.phase))
+            .collect();
+        self.rows.append(&mut merged);
+        for label in labels {
+            let mut parts = Vec::new();
+            self.timelines.retain_mut(|(l, samples)| {
+                if *l == label {
+                    parts.push(std::mem::take(samples));
+                    false
+                } else {
+                    true
+                }
+            });
+            let mut joined: Vec<Sample> = Vec::new();
+            for part in parts {
+                let offset = joined.last().map_or(0.0, |s| s.t);
+                joined.extend(part.into_iter().map(|s| Sample {
+                    t: s.t + offset,
+                    ..s
+                }));
+            }
+            self.timelines.push((label, joined));
+        }
+    }
+
+    /// Records that `phase` of `workload` did not run on this engine, and
+    /// why (a SKIP row without figures).
+    pub fn skip(&mut self, workload: &str, phase: &str, reason: &str) {
+        self.rows.push(Row {
+            engine: self.engine_name.clone(),
+            workload: workload.to_owned(),
+            phase: phase.to_owned(),
+            skipped: Some(reason.to_owned()),
+            unit: "ops/s",
+            ..Row::default()
+        });
     }
 }
 
@@ -364,6 +458,34 @@ pub fn parallel<T: Send>(
                 s.spawn(move || f(t))
             })
             .collect();
+        let mut out = Vec::with_capacity(handles.len());
+        for h in handles {
+            out.push(h.join().map_err(|_| "a workload thread panicked")??);
+        }
+        Ok(out)
+    })
+}
+
+/// Runs `f(thread_index, stop)` on `threads` threads for `run_for`, then
+/// raises `stop`, which each `f` must poll and return on; the first error
+/// wins. For phases measured over a fixed time rather than a fixed count,
+/// so that every thread count gets the same time and no straggler thread
+/// runs alone at the end.
+pub fn parallel_for<T: Send>(
+    threads: usize,
+    run_for: Duration,
+    f: impl Fn(usize, &AtomicBool) -> BenchResult<T> + Sync,
+) -> BenchResult<Vec<T>> {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.max(1))
+            .map(|t| {
+                let (f, stop) = (&f, &stop);
+                s.spawn(move || f(t, stop))
+            })
+            .collect();
+        std::thread::sleep(run_for);
+        stop.store(true, Ordering::Relaxed);
         let mut out = Vec::with_capacity(handles.len());
         for h in handles {
             out.push(h.join().map_err(|_| "a workload thread panicked")??);
