@@ -45,6 +45,10 @@ pub(crate) struct State {
     /// `compaction::write_pressure` of `version`, computed when it is
     /// installed rather than on every write.
     pub pressure: f64,
+    /// Highest seqno any table may hold: tables get seqnos only from
+    /// flushes (compaction moves versions, never makes them), so a
+    /// snapshot at or above this sees every table version.
+    pub table_seqno_max: u64,
 }
 
 pub(crate) struct Journal {
@@ -124,6 +128,7 @@ impl Inner {
             mem: s.mem.clone(),
             sealed: s.sealed.clone(),
             version: s.version.clone(),
+            table_seqno_max: s.table_seqno_max,
             tables: self.tables.clone(),
         }
     }

@@ -503,3 +503,39 @@ fn long_transactions_pin_versions_until_they_end() {
     );
     assert_eq!(db.get("k").expect("get").as_deref(), Some(&b"v20"[..]));
 }
+
+/// A conflicting write that was flushed (and compacted) into tables before
+/// the commit is still found: the check reads tables when a flush moved
+/// seqnos above the snapshot into them.
+#[test]
+fn conflicts_are_found_in_tables_too() {
+    for serializable in [false, true] {
+        let (_fs, db) = mem_db();
+        db.put("k", "0").expect("put");
+        db.put("r/1", "0").expect("put");
+        let begin = || {
+            if serializable {
+                db.begin_serializable()
+            } else {
+                db.begin()
+            }
+        };
+        let mut t = begin();
+        let mut scan = begin();
+        let _ = scan.range("r/".."r0").expect("range").count();
+        db.put("k", "1").expect("put");
+        db.put("r/2", "1").expect("put");
+        db.flush().expect("flush");
+        db.compact().expect("compact");
+        assert_eq!(db.stats().memtable_bytes, 0, "the write must be in a table");
+        t.put("k", "2").expect("put");
+        assert!(conflict(t.commit()));
+        scan.put("count", "1").expect("put");
+        let r = scan.commit();
+        if serializable {
+            assert!(conflict(r));
+        } else {
+            r.expect("snapshot isolation does not check scans");
+        }
+    }
+}

@@ -126,11 +126,16 @@ fn flush_oldest(inner: &Inner) -> Result<()> {
         journal: Some(floor),
         ..Edit::default()
     };
+    let mut flushed_max = 0;
     if let Some((record, max_seqno)) = written {
         edit.added.push(record);
         edit.last_seqno = Some(max_seqno);
+        flushed_max = max_seqno;
     }
     inner.log_and_apply(edit, |state| {
+        // With the table, in the same install: a view that lacks the
+        // memtable sees the seqnos it moved to the table.
+        state.table_seqno_max = state.table_seqno_max.max(flushed_max);
         debug_assert!(
             state
                 .sealed

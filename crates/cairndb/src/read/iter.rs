@@ -64,6 +64,11 @@ impl Iter {
     }
 
     fn merge(&self, dir: Dir, start: Option<Vec<u8>>) -> Result<MergeCursor> {
+        self.merge_of(dir, start, true)
+    }
+
+    /// A merge over the view's memtables, and its tables if `tables`.
+    fn merge_of(&self, dir: Dir, start: Option<Vec<u8>>, tables: bool) -> Result<MergeCursor> {
         let v = &self.view;
         let mut children: Vec<Box<dyn Cursor>> = Vec::new();
         for mem in std::iter::once(&v.mem).chain(v.sealed.iter()) {
@@ -73,6 +78,9 @@ impl Iter {
                 start.clone(),
                 self.snapshot,
             )));
+        }
+        if !tables {
+            return Ok(MergeCursor::new(children, dir));
         }
         for file in &v.version.levels[0] {
             let table = v.tables.get(file)?;
@@ -99,7 +107,9 @@ impl Iter {
             }
             Bound::Unbounded => None,
         };
-        let mut merge = self.merge(Dir::Forward, start)?;
+        // Tables hold no version above `since` unless a flush put one there.
+        let tables = self.view.table_seqno_max > since;
+        let mut merge = self.merge_of(Dir::Forward, start, tables)?;
         while merge.advance()? {
             let Some((user, tag)) = key::split(merge.key()) else {
                 continue;

@@ -72,26 +72,34 @@ pub struct ReadView {
     /// Sealed memtables, oldest first.
     pub sealed: Vec<Arc<Memtable>>,
     pub version: Arc<Version>,
+    /// `State::table_seqno_max` when the view was taken.
+    pub table_seqno_max: u64,
     pub tables: Arc<TableCache>,
 }
 
 impl ReadView {
     /// Seqno of the newest version of `user_key` (a put or a tombstone) in
-    /// this view, or `None` if no version exists. Versions newer than the
-    /// oldest pinned snapshot are never dropped by compaction, so this is
-    /// exact for any seqno a live transaction compares it with.
-    pub fn newest_seqno(&self, user_key: &[u8]) -> Result<Option<u64>> {
+    /// this view if it is above `since`, else `None`. Versions newer than
+    /// the oldest pinned snapshot are never dropped by compaction, so this
+    /// is exact for any seqno a live transaction compares it with. Tables
+    /// are skipped when none can hold a version above `since` (the usual
+    /// case: a transaction's snapshot is newer than the last flush).
+    pub fn newest_seqno_after(&self, user_key: &[u8], since: u64) -> Result<Option<u64>> {
         for mem in std::iter::once(&self.mem).chain(self.sealed.iter().rev()) {
             if let Some(s) = mem.newest_seqno(user_key) {
-                return Ok(Some(s));
+                return Ok((s > since).then_some(s));
             }
+        }
+        if self.table_seqno_max <= since {
+            return Ok(None);
         }
         let level0 = self.version.levels[0].iter().rev();
         let deeper = (1..self.version.levels.len()).filter_map(|l| self.version.find(l, user_key));
         for file in level0.filter(|f| f.covers(user_key)).chain(deeper) {
             let table = self.tables.get(file)?;
             if let Some((tag, _)) = table.get(user_key, crate::limits::SEQNO_MAX)? {
-                return Ok(Some(key::tag_seqno(tag)));
+                let s = key::tag_seqno(tag);
+                return Ok((s > since).then_some(s));
             }
         }
         Ok(None)

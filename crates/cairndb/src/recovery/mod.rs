@@ -251,6 +251,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             mem: Arc::new(Memtable::new(journal_number)),
             sealed: Vec::new(),
             pressure: crate::compaction::write_pressure(&rec.version, &opts),
+            table_seqno_max: rec.last_seqno,
             version: Arc::new(rec.version),
         }),
         queue: GroupQueue::new(),

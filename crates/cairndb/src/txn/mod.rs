@@ -68,9 +68,7 @@ impl Validation {
             if written.contains(k) {
                 return conflict(format!("key {k:?} written by a commit in the same group"));
             }
-            if let Some(s) = view.newest_seqno(k)?
-                && s > self.snapshot
-            {
+            if let Some(s) = view.newest_seqno_after(k, self.snapshot)? {
                 return conflict(format!(
                     "key {k:?} written at seqno {s} after snapshot {}",
                     self.snapshot
