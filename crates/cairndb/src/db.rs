@@ -326,7 +326,7 @@ impl Db {
         })
     }
 
-    fn inner(&self) -> &Arc<Inner> {
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
         &self.handle.inner
     }
 
@@ -417,7 +417,7 @@ impl Db {
     /// with `Error::Conflict` if another commit wrote one of the keys it
     /// writes (or read with `get_for_update`) since it began.
     pub fn begin(&self) -> crate::txn::Transaction {
-        crate::txn::Transaction::new(self.clone(), crate::txn::Isolation::Snapshot)
+        self.begin_with(crate::txn::Isolation::Snapshot)
     }
 
     /// Starts an optimistic serializable transaction: like
@@ -425,11 +425,12 @@ impl Db {
     /// anything it read — keys it got (present or not) and every key in
     /// the ranges it scanned (phantoms included).
     pub fn begin_serializable(&self) -> crate::txn::Transaction {
-        crate::txn::Transaction::new(self.clone(), crate::txn::Isolation::Serializable)
+        self.begin_with(crate::txn::Isolation::Serializable)
     }
 
-    pub(crate) fn inner_arc(&self) -> &Arc<Inner> {
-        self.inner()
+    /// Starts an optimistic transaction with the given isolation.
+    pub fn begin_with(&self, isolation: crate::txn::Isolation) -> crate::txn::Transaction {
+        crate::txn::Transaction::new(self.clone(), isolation)
     }
 
     /// Writes the memtable to a table and waits until every sealed

@@ -7,7 +7,7 @@
 mod common;
 
 use cairndb::io::{Crash, Fs, MemFs, OpInfo};
-use cairndb::{Db, Error, Options, Sabotage, WriteOptions};
+use cairndb::{Db, Error, Isolation, Options, Sabotage, WriteOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -17,6 +17,14 @@ fn mem_db() -> (MemFs, Db) {
     let fs = MemFs::new();
     let db = Db::open("/db", common::mem_opts(&fs, 1 << 20)).expect("open");
     (fs, db)
+}
+
+fn isolation(serializable: bool) -> Isolation {
+    if serializable {
+        Isolation::Serializable
+    } else {
+        Isolation::Snapshot
+    }
 }
 
 fn conflict<T: std::fmt::Debug>(r: cairndb::Result<T>) -> bool {
@@ -80,13 +88,7 @@ fn snapshot_reads_ignore_later_commits() {
 fn write_write_conflicts_fail_and_write_nothing() {
     for serializable in [false, true] {
         let (_fs, db) = mem_db();
-        let begin = || {
-            if serializable {
-                db.begin_serializable()
-            } else {
-                db.begin()
-            }
-        };
+        let begin = || db.begin_with(isolation(serializable));
         let mut t1 = begin();
         let mut t2 = begin();
         t1.put("k", "t1").expect("put");
@@ -122,13 +124,7 @@ fn write_skew_under_snapshot_isolation_only() {
         let (_fs, db) = mem_db();
         db.put("alice", "on").expect("put");
         db.put("bob", "on").expect("put");
-        let begin = || {
-            if serializable {
-                db.begin_serializable()
-            } else {
-                db.begin()
-            }
-        };
+        let begin = || db.begin_with(isolation(serializable));
         let mut t1 = begin();
         let mut t2 = begin();
         assert_eq!(t1.get("bob").expect("get").as_deref(), Some(&b"on"[..]));
@@ -165,13 +161,7 @@ fn phantoms_fail_serializable_commits() {
     for serializable in [false, true] {
         let (_fs, db) = mem_db();
         db.put("item/1", "x").expect("put");
-        let begin = || {
-            if serializable {
-                db.begin_serializable()
-            } else {
-                db.begin()
-            }
-        };
+        let begin = || db.begin_with(isolation(serializable));
         let mut t = begin();
         let n = t.range("item/".."item0").expect("range").count();
         assert_eq!(n, 1);
@@ -220,11 +210,7 @@ fn no_lost_updates() {
                 std::thread::spawn(move || {
                     for _ in 0..per {
                         loop {
-                            let mut t = if serializable {
-                                db.begin_serializable()
-                            } else {
-                                db.begin()
-                            };
+                            let mut t = db.begin_with(isolation(serializable));
                             let n: u64 = t
                                 .get("counter")
                                 .expect("get")
@@ -513,13 +499,7 @@ fn conflicts_are_found_in_tables_too() {
         let (_fs, db) = mem_db();
         db.put("k", "0").expect("put");
         db.put("r/1", "0").expect("put");
-        let begin = || {
-            if serializable {
-                db.begin_serializable()
-            } else {
-                db.begin()
-            }
-        };
+        let begin = || db.begin_with(isolation(serializable));
         let mut t = begin();
         let mut scan = begin();
         let _ = scan.range("r/".."r0").expect("range").count();

@@ -139,7 +139,7 @@ fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
 
 impl Transaction {
     pub(crate) fn new(db: Db, isolation: Isolation) -> Transaction {
-        let inner = db.inner_arc();
+        let inner = db.inner();
         let (pin, snapshot) = inner.pins.pin(&inner.last_seqno);
         Transaction {
             db,
@@ -182,7 +182,7 @@ impl Transaction {
         if self.isolation == Isolation::Serializable {
             self.reads.insert(key.to_vec());
         }
-        self.db.inner_arc().view().get(key, self.snapshot)
+        self.db.inner().view().get(key, self.snapshot)
     }
 
     /// `get`, and the commit fails if another commit writes `key` after
@@ -196,7 +196,7 @@ impl Transaction {
         if let Some(w) = self.writes.get(key) {
             return Ok(w.clone());
         }
-        self.db.inner_arc().view().get(key, self.snapshot)
+        self.db.inner().view().get(key, self.snapshot)
     }
 
     /// Buffers a put (checked against the documented limits now).
@@ -233,7 +233,7 @@ impl Transaction {
             .range::<Vec<u8>, _>((lo.clone(), hi.clone()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let base = Iter::new(self.db.inner_arc().view(), self.snapshot, lo, hi);
+        let base = Iter::new(self.db.inner().view(), self.snapshot, lo, hi);
         Ok(TxnIter {
             base: base.peekable(),
             own: own.into_iter().peekable(),
@@ -283,10 +283,7 @@ impl Transaction {
             ranges: std::mem::take(&mut self.ranges),
         };
         let empty = batch.is_empty();
-        let seqno = self
-            .db
-            .inner_arc()
-            .write_checked(batch, opts, Some(check))?;
+        let seqno = self.db.inner().write_checked(batch, opts, Some(check))?;
         Ok((!empty).then_some(seqno))
     }
 
@@ -298,7 +295,7 @@ impl Transaction {
 
 impl Drop for Transaction {
     fn drop(&mut self) {
-        self.db.inner_arc().pins.unpin(&self.pin, self.snapshot);
+        self.db.inner().pins.unpin(&self.pin, self.snapshot);
     }
 }
 
