@@ -483,6 +483,8 @@ impl Db {
                 .flatten()
                 .map(|f| f.entries)
                 .sum(),
+            value_segments: view.version.segments.len(),
+            value_bytes_live: view.version.value_bytes_live(),
         }
     }
 
@@ -522,6 +524,10 @@ pub struct Stats {
     pub pinned: usize,
     /// Entries (versions and tombstones) in all tables.
     pub table_entries: u64,
+    /// Journal segments kept because tables point to separated values in
+    /// them, and the bytes of those values still pointed to.
+    pub value_segments: usize,
+    pub value_bytes_live: u64,
 }
 
 /// A consistent read-only view of the database at one instant. Owned and

@@ -29,7 +29,7 @@ use crate::format::coding::{Reader, crc, crc2};
 use crate::format::filter::{self, TableFilter};
 use crate::format::key::{self, Kind};
 use crate::format::log::{self, RecordKind, Tail};
-use crate::format::manifest::{Edit, MANIFEST_FORMAT};
+use crate::format::manifest::{Edit, MANIFEST_FORMAT, MANIFEST_FORMAT_MIN};
 use crate::format::table::{
     FOOTER_LEN, TABLE_MAGIC, TABLE_VERSION, TRAILER_LEN, Table, TableOptions, TableWriter,
 };
@@ -360,11 +360,11 @@ pub fn batch(data: &[u8]) -> usize {
 /// A [`Reaper`] on a scratch file system, for replaying edits into a
 /// [`Version`] (nothing is marked obsolete, so nothing is deleted).
 fn scratch_reaper() -> Arc<Reaper> {
-    Arc::new(Reaper {
-        fs: Arc::new(MemFs::new()),
-        dir: PathBuf::from("/scratch"),
-        on_delete: Box::new(|_| {}),
-    })
+    Arc::new(Reaper::new(
+        Arc::new(MemFs::new()),
+        PathBuf::from("/scratch"),
+        Box::new(|_| {}),
+    ))
 }
 
 /// Decodes one edit; if it decodes, its encoding must decode to it again.
@@ -395,7 +395,11 @@ fn replay_edits(records: &[log::Record<'_>]) -> usize {
         let Ok(edit) = Edit::decode(payload) else {
             break;
         };
-        if i == 0 && edit.format != Some(MANIFEST_FORMAT) {
+        if i == 0
+            && !edit
+                .format
+                .is_some_and(|f| (MANIFEST_FORMAT_MIN..=MANIFEST_FORMAT).contains(&f))
+        {
             break;
         }
         match version.apply(&edit, &reaper) {

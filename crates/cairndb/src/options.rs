@@ -39,6 +39,16 @@ pub struct Options {
     /// times larger.
     pub level1_bytes: u64,
     pub level_multiplier: u64,
+    /// A journal is closed, and its memtable sealed, once it holds this
+    /// many bytes. With separated values a journal holds far more than
+    /// its memtable; this bounds what one open replays and what one value
+    /// segment holds. Default 64 MiB.
+    pub journal_bytes: u64,
+    /// Values of at least this many bytes are separated: written once, in
+    /// the journal, with memtables and tables holding a pointer to them
+    /// (docs/architecture.md §Value separation). `usize::MAX` keeps every
+    /// value inline. Default 1 KiB.
+    pub value_separation_min: usize,
     /// Run compactions in a background thread (default true). When false,
     /// only `Db::compact` compacts: for tests that want a fixed shape.
     pub background_compaction: bool,
@@ -77,6 +87,9 @@ impl Default for Options {
     }
 }
 
+/// Default `Options::value_separation_min`.
+pub const VALUE_SEPARATION_MIN_DEFAULT: usize = 1024;
+
 impl Options {
     /// Options whose memtables and block cache together stay within
     /// `bytes`: a quarter per memtable (one active, up to two sealed would
@@ -102,6 +115,8 @@ impl Options {
             l0_stop_trigger: 12,
             level1_bytes: 256 << 20,
             level_multiplier: 10,
+            journal_bytes: 64 << 20,
+            value_separation_min: VALUE_SEPARATION_MIN_DEFAULT,
             background_compaction: true,
             sabotage: Sabotage::default(),
         }
@@ -113,6 +128,9 @@ impl Options {
         let bad = |s: &str| Err(crate::Error::InvalidArgument(s.to_owned()));
         if self.memtable_bytes == 0 {
             return bad("memtable_bytes must be > 0");
+        }
+        if self.journal_bytes == 0 {
+            return bad("journal_bytes must be > 0");
         }
         if self.memtables_sealed_max == 0 {
             return bad("memtables_sealed_max must be >= 1");

@@ -23,6 +23,7 @@ use crate::flush;
 use crate::format::key::{self, Kind};
 use crate::format::manifest::{Edit, TableRecord};
 use crate::format::table::TableWriter;
+use crate::format::vptr::ValuePtr;
 use crate::limits::LEVELS;
 use crate::options::Options;
 use crate::read::cursor::{Cursor, Dir, MergeCursor, table_cursor};
@@ -170,7 +171,7 @@ fn compact(inner: &Inner, v: &Version, c: Compaction) -> Result<()> {
         edit.removed
             .extend(c.below.iter().map(|f| (out_level, f.number)));
         let all: Vec<_> = c.inputs.iter().chain(&c.below).cloned().collect();
-        edit.added = merge(inner, v, &all, out_level)?;
+        (edit.added, edit.value_dead) = merge(inner, v, &all, out_level)?;
     }
     inner.log_and_apply(edit, |_| {})?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
@@ -196,7 +197,7 @@ pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
         edit.removed.extend(files.iter().map(|f| (level, f.number)));
         all.extend(files.iter().cloned());
     }
-    edit.added = merge(inner, &v, &all, target)?;
+    (edit.added, edit.value_dead) = merge(inner, &v, &all, target)?;
     inner.log_and_apply(edit, |_| {})?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
     Ok(())
@@ -207,13 +208,14 @@ fn is_base_level(v: &Version, out_level: usize, user_key: &[u8]) -> bool {
     (out_level + 1..LEVELS).all(|l| v.find(l, user_key).is_none())
 }
 
-/// Merges `inputs` into new tables for `out_level`; returns their records.
+/// Merges `inputs` into new tables for `out_level`; returns their records
+/// and the separated value bytes, per segment, of the pointers it dropped.
 fn merge(
     inner: &Inner,
     v: &Version,
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
-) -> Result<Vec<TableRecord>> {
+) -> Result<(Vec<TableRecord>, Vec<(u64, u64)>)> {
     let mut created = Vec::new();
     merge_into(inner, v, inputs, out_level, &mut created).inspect_err(|_| {
         // Frees the space of the outputs written so far (the next open
@@ -231,7 +233,7 @@ fn merge_into(
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
     created: &mut Vec<u64>,
-) -> Result<Vec<TableRecord>> {
+) -> Result<(Vec<TableRecord>, Vec<(u64, u64)>)> {
     let oldest_snapshot = inner.oldest_snapshot();
     let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(inputs.len());
     for f in inputs {
@@ -244,6 +246,7 @@ fn merge_into(
     let mut current: Option<Vec<u8>> = None;
     // Seqno of the previous (newer) entry of the current user key.
     let mut newer_seqno = u64::MAX;
+    let mut dead = std::collections::BTreeMap::<u64, u64>::new();
     while merged.advance()? {
         let ikey = merged.key();
         let (user, tag) = key::split(ikey)
@@ -264,6 +267,12 @@ fn merge_into(
             && is_base_level(v, out_level, user);
         newer_seqno = seqno;
         if shadowed || dead_tombstone {
+            if key::tag_kind(tag) == Kind::Pointer as u8 {
+                let ptr = ValuePtr::decode(merged.value()).ok_or_else(|| {
+                    Error::corruption(&inner.dir, 0, "malformed value pointer in a table")
+                })?;
+                *dead.entry(ptr.segment).or_default() += u64::from(ptr.len);
+            }
             continue;
         }
         if writer.is_none() {
@@ -288,7 +297,7 @@ fn merge_into(
             .sync_dir()
             .map_err(|e| Error::io("syncing the database directory", e))?;
     }
-    Ok(outputs)
+    Ok((outputs, dead.into_iter().collect()))
 }
 
 fn finish(inner: &Inner, writer: Option<(u64, TableWriter)>, level: usize) -> Result<TableRecord> {

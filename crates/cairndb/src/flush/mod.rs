@@ -2,15 +2,18 @@
 //!
 //! Steps (`flush_oldest`): write the table and fdatasync it, sync the
 //! directory, log an edit that adds the table and raises the journal floor
-//! past the memtable's journal, install the new version and drop the
-//! memtable, then delete the journal. A crash before the edit is synced
+//! past the memtable's journal (and counts the separated values the table
+//! points to in it), install the new version and drop the memtable. The
+//! journal is kept while tables point into it; otherwise it is deleted
+//! once no reader holds the memtable. A crash before the edit is synced
 //! leaves an orphan table (deleted on open) and the journal (replayed).
 
 use crate::db::Inner;
 use crate::error::{Error, Result};
-use crate::format::key;
+use crate::format::key::{self, Kind};
 use crate::format::manifest::{Edit, TableRecord};
 use crate::format::table::{TableOptions, TableWriter};
+use crate::format::vptr::ValuePtr;
 use crate::io::Fs;
 use crate::memtable::Memtable;
 use crate::version::files;
@@ -18,15 +21,25 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// Writes `mem` as table `number` in `dir`. Returns its record at level 0
-/// and the highest seqno in it, or `None` for an empty memtable.
+/// A memtable written as a table.
+pub(crate) struct Flushed {
+    /// The table, at level 0.
+    pub record: TableRecord,
+    /// The highest seqno in it.
+    pub max_seqno: u64,
+    /// Bytes of separated values it points to, per segment.
+    pub value_live: Vec<(u64, u64)>,
+}
+
+/// Writes `mem` as table `number` in `dir`, or nothing for an empty
+/// memtable.
 pub(crate) fn write_table(
     fs: &dyn Fs,
     dir: &Path,
     number: u64,
     mem: &Memtable,
     opts: &TableOptions,
-) -> Result<Option<(TableRecord, u64)>> {
+) -> Result<Option<Flushed>> {
     if mem.is_empty() {
         return Ok(None);
     }
@@ -36,9 +49,16 @@ pub(crate) fn write_table(
         .map_err(|e| Error::io(format!("creating table {}", path.display()), e))?;
     let mut writer = TableWriter::new(file, path, opts);
     let mut max_seqno = 0;
+    let mut live = std::collections::BTreeMap::<u64, u64>::new();
     mem.for_each(|ikey, value| {
         if let Some((_, tag)) = key::split(ikey) {
             max_seqno = max_seqno.max(key::tag_seqno(tag));
+            if key::tag_kind(tag) == Kind::Pointer as u8 {
+                let ptr = ValuePtr::decode(value).ok_or_else(|| {
+                    Error::InvalidArgument("internal: memtable holds a bad value pointer".into())
+                })?;
+                *live.entry(ptr.segment).or_default() += u64::from(ptr.len);
+            }
         }
         writer.add(ikey, value)
     })?;
@@ -51,7 +71,11 @@ pub(crate) fn write_table(
         smallest: summary.smallest,
         largest: summary.largest,
     };
-    Ok(Some((record, max_seqno)))
+    Ok(Some(Flushed {
+        record,
+        max_seqno,
+        value_live: live.into_iter().collect(),
+    }))
 }
 
 /// The flush thread: flushes sealed memtables, oldest first, until shutdown.
@@ -127,10 +151,11 @@ fn flush_oldest(inner: &Inner) -> Result<()> {
         ..Edit::default()
     };
     let mut flushed_max = 0;
-    if let Some((record, max_seqno)) = written {
-        edit.added.push(record);
-        edit.last_seqno = Some(max_seqno);
-        flushed_max = max_seqno;
+    if let Some(f) = written {
+        edit.added.push(f.record);
+        edit.last_seqno = Some(f.max_seqno);
+        edit.value_live = f.value_live;
+        flushed_max = f.max_seqno;
     }
     inner.log_and_apply(edit, |state| {
         // With the table, in the same install: a view that lacks the
@@ -145,8 +170,13 @@ fn flush_oldest(inner: &Inner) -> Result<()> {
         state.sealed.remove(0);
     })?;
     inner.counters.flushes.fetch_add(1, Ordering::Relaxed);
-    // Failing to delete only leaves a file that the next open removes.
-    let _ = inner.fs.remove(&files::journal(&inner.dir, mem.journal()));
+    // The journal is below the floor now: unless tables point into it, it
+    // goes when the last reader of the memtable does.
+    if let Some(seg) = mem.segment()
+        && inner.state.read().version.segment(seg.number).is_none()
+    {
+        seg.mark_obsolete();
+    }
     Ok(())
 }
 

@@ -64,10 +64,12 @@ pub fn decode(rep: &[u8]) -> Result<Decoded<'_>, String> {
     let count = r.u32_le().ok_or("batch header truncated")?;
     let mut ops = Vec::with_capacity((count as usize).min(rep.len()));
     for i in 0..count {
-        let kind = r
-            .u8()
-            .and_then(Kind::from_u8)
-            .ok_or_else(|| format!("op {i}: bad kind"))?;
+        // Pointers are made when a batch is applied, never stored in one.
+        let kind = match r.u8() {
+            Some(0) => Kind::Delete,
+            Some(1) => Kind::Put,
+            _ => return Err(format!("op {i}: bad kind")),
+        };
         let key = r
             .len_prefixed()
             .ok_or_else(|| format!("op {i}: key truncated"))?;
@@ -75,7 +77,7 @@ pub fn decode(rep: &[u8]) -> Result<Decoded<'_>, String> {
             Kind::Put => r
                 .len_prefixed()
                 .ok_or_else(|| format!("op {i}: value truncated"))?,
-            Kind::Delete => &[],
+            Kind::Delete | Kind::Pointer => &[],
         };
         ops.push(Op { kind, key, value });
     }
@@ -91,6 +93,10 @@ pub fn decode(rep: &[u8]) -> Result<Decoded<'_>, String> {
 /// Bytes of the durability mark before the batch in a journal record of
 /// kind `MarkedBatch` (format.md §Journal records).
 pub const MARK_LEN: usize = 8;
+
+/// Offset of the batch payload within a journal record written by
+/// [`encode_journal_record`]: after the record header and the mark.
+pub const JOURNAL_BATCH_AT: usize = super::log::HEADER_LEN + MARK_LEN;
 
 /// Appends a journal record holding batch `rep` (seqno already set) and
 /// the durability mark `mark`: the highest seqno of this journal known

@@ -18,6 +18,9 @@ pub enum Kind {
     Delete = 0,
     /// A value.
     Put = 1,
+    /// A value kept in a journal segment; the entry's value is a
+    /// `format::vptr::ValuePtr`. Memtables and tables only, never batches.
+    Pointer = 2,
 }
 
 impl Kind {
@@ -25,9 +28,15 @@ impl Kind {
         match b {
             0 => Some(Kind::Delete),
             1 => Some(Kind::Put),
+            2 => Some(Kind::Pointer),
             _ => None,
         }
     }
+}
+
+/// True for kinds that carry a value (inline or by pointer).
+pub fn kind_has_value(kind: u8) -> bool {
+    kind == Kind::Put as u8 || kind == Kind::Pointer as u8
 }
 
 /// The kind used in seek keys: larger than any persisted kind, so a seek key

@@ -10,12 +10,17 @@
 //! | 4   | last_seqno   | varint: highest seqno stored in tables                 |
 //! | 5   | add_table    | varint level, number, size, entries; len-prefixed smallest and largest internal keys |
 //! | 6   | remove_table | varint level, number                                   |
+//! | 7   | value_live   | varint segment, bytes: separated value bytes that tables now point to in that journal segment |
+//! | 8   | value_dead   | varint segment, bytes: pointed-to bytes no table points to any more |
 
 use super::coding::{Reader, put_bytes, put_varint};
 use crate::limits::LEVELS;
 
-/// Version of the manifest format written by this build.
-pub const MANIFEST_FORMAT: u64 = 1;
+/// Version of the manifest format written by this build. Format 2 added
+/// tags 7 and 8 (value segments); format 1 files are read as they are.
+pub const MANIFEST_FORMAT: u64 = 2;
+/// Oldest manifest format this build reads.
+pub const MANIFEST_FORMAT_MIN: u64 = 1;
 
 /// A table as recorded in the manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +42,10 @@ pub struct Edit {
     pub last_seqno: Option<u64>,
     pub added: Vec<TableRecord>,
     pub removed: Vec<(usize, u64)>,
+    /// (segment, bytes) of separated values newly pointed to by tables.
+    pub value_live: Vec<(u64, u64)>,
+    /// (segment, bytes) of separated values no table points to any more.
+    pub value_dead: Vec<(u64, u64)>,
 }
 
 impl Edit {
@@ -66,6 +75,13 @@ impl Edit {
             put_varint(&mut out, 6);
             put_varint(&mut out, *level as u64);
             put_varint(&mut out, *number);
+        }
+        for (tag, list) in [(7, &self.value_live), (8, &self.value_dead)] {
+            for &(segment, bytes) in list {
+                put_varint(&mut out, tag);
+                put_varint(&mut out, segment);
+                put_varint(&mut out, bytes);
+            }
         }
         out
     }
@@ -115,6 +131,15 @@ impl Edit {
                     let number = r.varint().ok_or("table number truncated")?;
                     e.removed.push((level, number));
                 }
+                7 | 8 => {
+                    let mut num = || r.varint().ok_or("segment field truncated");
+                    let pair = (num()?, num()?);
+                    if tag == 7 {
+                        e.value_live.push(pair);
+                    } else {
+                        e.value_dead.push(pair);
+                    }
+                }
                 t => return Err(format!("unknown field tag {t}")),
             }
         }
@@ -142,6 +167,8 @@ mod tests {
                 largest: b"z\0\0\0\0\0\0\0\x01".to_vec(),
             }],
             removed: vec![(0, 3), (1, 4)],
+            value_live: vec![(5, 40960), (6, 1)],
+            value_dead: vec![(2, 8192)],
         };
         let b = e.encode();
         assert_eq!(Edit::decode(&b), Ok(e));

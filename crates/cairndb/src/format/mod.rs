@@ -9,3 +9,4 @@ pub mod key;
 pub mod log;
 pub mod manifest;
 pub mod table;
+pub mod vptr;

@@ -43,7 +43,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Format version written in the footer and the properties block.
-pub const TABLE_VERSION: u32 = 1;
+/// Version 2 tables may hold entries of kind 2 (value pointers); version 1
+/// tables never do and are read as they are.
+pub const TABLE_VERSION: u32 = 2;
+/// Oldest table version this build reads.
+pub const TABLE_VERSION_MIN: u32 = 1;
 /// Last 8 bytes of every table file.
 pub const TABLE_MAGIC: [u8; 8] = *b"CAIRNTB1";
 /// Length of the footer.
@@ -346,7 +350,7 @@ impl Properties {
         let mut r = Reader::new(b);
         let trunc = || "properties truncated".to_string();
         let version = r.varint().ok_or_else(trunc)?;
-        if version != u64::from(TABLE_VERSION) {
+        if !(u64::from(TABLE_VERSION_MIN)..=u64::from(TABLE_VERSION)).contains(&version) {
             return Err(format!("properties of unsupported version {version}"));
         }
         let entries = r.varint().ok_or_else(trunc)?;
@@ -565,7 +569,7 @@ impl Table {
         if magic != TABLE_MAGIC {
             return Err(fcorrupt("not a CairnDB table (bad magic number)".into()));
         }
-        if version != TABLE_VERSION {
+        if !(TABLE_VERSION_MIN..=TABLE_VERSION).contains(&version) {
             return Err(fcorrupt(format!("unsupported table version {version}")));
         }
         let covered = footer
@@ -1380,8 +1384,8 @@ mod tests {
         assert!(detail(b).contains("not a CairnDB table"));
         let mut b = bytes.clone();
         let v = b.len() - 16;
-        b[v] = 2;
-        assert!(detail(b).contains("unsupported table version 2"));
+        b[v] = 3;
+        assert!(detail(b).contains("unsupported table version 3"));
         let mut b = bytes.clone();
         let c = b.len() - 12;
         b[c] ^= 1;
@@ -1424,9 +1428,9 @@ mod tests {
             000a01616200000000000002017801 09 00630000000000000100 00000000 01000000 0016bb8692\
             00 009acd2892\
             000a02616300000000000001000022 00000000 01000000 006d9a1d1e\
-            01 02 01 00 0a61620000000000000201 0a61630000000000000100 008b630752\
+            02 02 01 00 0a61620000000000000201 0a61630000000000000100 000ca7c862\
             2d00000000000000 1700000000000000 2700000000000000 0100000000000000\
-            4900000000000000 1a00000000000000 01000000 8f048c18 434149524e544231";
+            4900000000000000 1a00000000000000 02000000 cac8fe06 434149524e544231";
         let golden: Vec<u8> = golden
             .chars()
             .filter(char::is_ascii_hexdigit)

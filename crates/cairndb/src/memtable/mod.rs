@@ -9,9 +9,11 @@
 //! is sealed.
 
 use crate::format::key::{self, Kind};
+use crate::version::segments::SegmentFile;
 use crossbeam_skiplist::SkipMap;
 use std::cmp::Ordering;
 use std::ops::Bound;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 
 /// Estimated skiplist overhead per entry (node, tower, boxes), in bytes.
@@ -36,6 +38,8 @@ impl PartialOrd for IKey {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup {
     Found(Vec<u8>),
+    /// A separated value: the encoded `ValuePtr`.
+    Pointer(Vec<u8>),
     Deleted,
 }
 
@@ -44,6 +48,10 @@ pub struct Memtable {
     bytes: AtomicUsize,
     /// Number of the journal file holding this memtable's writes.
     journal: u64,
+    /// The journal as a segment: keeps it readable (separated values
+    /// point into it) for as long as the memtable is. `None` for the
+    /// memtables of recovery, which nobody reads.
+    segment: Option<Arc<SegmentFile>>,
 }
 
 impl Memtable {
@@ -52,11 +60,25 @@ impl Memtable {
             map: SkipMap::new(),
             bytes: AtomicUsize::new(0),
             journal,
+            segment: None,
+        }
+    }
+
+    /// A memtable whose writes go to journal `segment`.
+    pub fn with_segment(segment: Arc<SegmentFile>) -> Self {
+        Memtable {
+            journal: segment.number,
+            segment: Some(segment),
+            ..Memtable::new(0)
         }
     }
 
     pub fn journal(&self) -> u64 {
         self.journal
+    }
+
+    pub fn segment(&self) -> Option<&Arc<SegmentFile>> {
+        self.segment.as_ref()
     }
 
     pub fn insert(&self, user_key: &[u8], seqno: u64, kind: Kind, value: &[u8]) {
@@ -98,6 +120,7 @@ impl Memtable {
         }
         Some(match Kind::from_u8(key::tag_kind(tag)) {
             Some(Kind::Put) => Lookup::Found(entry.value().to_vec()),
+            Some(Kind::Pointer) => Lookup::Pointer(entry.value().to_vec()),
             _ => Lookup::Deleted,
         })
     }

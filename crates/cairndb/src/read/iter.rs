@@ -8,7 +8,7 @@
 use super::ReadView;
 use super::cursor::{Cursor, Dir, LevelCursor, MemCursor, MergeCursor, table_cursor};
 use crate::Result;
-use crate::format::key::{self, Kind};
+use crate::format::key;
 use crate::limits::SEQNO_MAX;
 use std::ops::Bound;
 
@@ -164,13 +164,15 @@ impl Iter {
                 continue;
             }
             let user = user.to_vec();
-            let value =
-                (key::tag_kind(tag) == Kind::Put as u8).then(|| front.merge.value().to_vec());
+            let kind = key::tag_kind(tag);
+            let stored = key::kind_has_value(kind).then(|| front.merge.value().to_vec());
             front.skip = Some(user.clone());
             if self.past_upper(&user) {
                 return Ok(None);
             }
-            if let Some(value) = value {
+            if let Some(stored) = stored
+                && let Some(value) = self.view.value(kind, stored)?
+            {
                 return Ok(Some((user, value)));
             }
         }
@@ -217,8 +219,10 @@ impl Iter {
             match entry {
                 None => {
                     return Ok(match back.pending.take() {
-                        Some((user, kind, value)) if kind == Kind::Put as u8 => Some((user, value)),
-                        _ => None,
+                        Some((user, kind, stored)) => {
+                            self.view.value(kind, stored)?.map(|v| (user, v))
+                        }
+                        None => None,
                     });
                 }
                 Some((user, tag)) => {
@@ -231,8 +235,8 @@ impl Iter {
                     if same_key {
                         continue;
                     }
-                    if let Some((user, kind, value)) = finished
-                        && kind == Kind::Put as u8
+                    if let Some((user, kind, stored)) = finished
+                        && let Some(value) = self.view.value(kind, stored)?
                     {
                         return Ok(Some((user, value)));
                     }

@@ -12,8 +12,10 @@ pub mod iter;
 use crate::cache::BlockCache;
 use crate::format::key::{self, Kind};
 use crate::format::table::Table;
+use crate::format::vptr::ValuePtr;
 use crate::io::Fs;
 use crate::memtable::{Lookup, Memtable};
+use crate::version::segments::SegmentFile;
 use crate::version::{TableFile, Version, files};
 use crate::{Error, Result};
 use std::path::PathBuf;
@@ -110,6 +112,7 @@ impl ReadView {
         for mem in std::iter::once(&self.mem).chain(self.sealed.iter().rev()) {
             match mem.get(user_key, snapshot) {
                 Some(Lookup::Found(v)) => return Ok(Some(v)),
+                Some(Lookup::Pointer(p)) => return self.load(&p).map(Some),
                 Some(Lookup::Deleted) => return Ok(None),
                 None => {}
             }
@@ -119,12 +122,57 @@ impl ReadView {
         for file in level0.filter(|f| f.covers(user_key)).chain(deeper) {
             let table = self.tables.get(file)?;
             if let Some((tag, value)) = table.get(user_key, snapshot)? {
-                return Ok(match Kind::from_u8(key::tag_kind(tag)) {
-                    Some(Kind::Put) => Some(value),
-                    _ => None,
-                });
+                return self.value(key::tag_kind(tag), value);
             }
         }
         Ok(None)
+    }
+
+    /// The value of an entry of kind `kind` whose stored value is
+    /// `stored`: itself, the value a pointer names, or `None` for a
+    /// tombstone.
+    pub fn value(&self, kind: u8, stored: Vec<u8>) -> Result<Option<Vec<u8>>> {
+        match Kind::from_u8(kind) {
+            Some(Kind::Put) => Ok(Some(stored)),
+            Some(Kind::Pointer) => self.load(&stored).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// The segment file numbered `number`, from the version (flushed
+    /// values) or the memtable whose journal it is.
+    fn segment(&self, number: u64) -> Option<&Arc<SegmentFile>> {
+        self.version.segment(number).or_else(|| {
+            std::iter::once(&self.mem)
+                .chain(self.sealed.iter())
+                .find(|m| m.journal() == number)
+                .and_then(|m| m.segment())
+        })
+    }
+
+    /// Reads the separated value an encoded `ValuePtr` names.
+    pub fn load(&self, encoded: &[u8]) -> Result<Vec<u8>> {
+        let ptr = ValuePtr::decode(encoded)
+            .ok_or_else(|| Error::corruption(&self.tables.dir, 0, "malformed value pointer"))?;
+        let path = files::journal(&self.tables.dir, ptr.segment);
+        let Some(seg) = self.segment(ptr.segment) else {
+            return Err(Error::corruption(
+                &path,
+                ptr.offset,
+                "a value pointer names a segment the database does not hold",
+            ));
+        };
+        match seg.read(&ptr) {
+            Ok(Some(v)) => Ok(v),
+            Ok(None) => Err(Error::corruption(
+                &path,
+                ptr.offset,
+                format!("separated value of {} bytes fails its checksum", ptr.len),
+            )),
+            Err(e) => Err(Error::io(
+                format!("reading a value from {}", path.display()),
+                e,
+            )),
+        }
     }
 }

@@ -28,7 +28,7 @@ use crate::db::{Bg, Counters, Inner, Journal, State};
 use crate::error::{Error, Result};
 use crate::format::batch as batch_codec;
 use crate::format::log::{self, RecordKind, Tail};
-use crate::format::manifest::{Edit, MANIFEST_FORMAT};
+use crate::format::manifest::{Edit, MANIFEST_FORMAT, MANIFEST_FORMAT_MIN};
 use crate::format::table::TableOptions;
 use crate::io::{self, Fs};
 use crate::limits::SEQNO_MAX;
@@ -37,8 +37,10 @@ use crate::options::Options;
 use crate::read::TableCache;
 use crate::version::apply::write_manifest;
 use crate::version::files::{self, FileKind};
+use crate::version::segments::SegmentFile;
 use crate::version::{Reaper, Version};
 use crate::write::queue::GroupQueue;
+use crate::write::{Separate, insert_batch};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -85,11 +87,11 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         blocks.clone(),
     ));
     let evict_from = tables.clone();
-    let reaper = Arc::new(Reaper {
-        fs: fs.clone(),
-        dir: dir.clone(),
-        on_delete: Box::new(move |n| evict_from.evict(n)),
-    });
+    let reaper = Arc::new(Reaper::new(
+        fs.clone(),
+        dir.clone(),
+        Box::new(move |n| evict_from.evict(n)),
+    ));
     let table_opts = TableOptions {
         block_size: opts.block_bytes,
         restart_interval: opts.block_restart_interval,
@@ -197,6 +199,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             &mut mem,
             &mut |mem| flush_during_open(&*fs, &dir, new_number(), mem, &table_opts, &mut added),
             opts.memtable_bytes,
+            opts.value_separation_min,
             opts.sabotage.replay_past_damage,
         )?;
     }
@@ -232,7 +235,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let live: std::collections::HashSet<u64> = rec.version.numbers().collect();
     for (name, kind) in names.iter().zip(&kinds) {
         let garbage = match kind {
-            FileKind::Journal(n) => *n < journal_number,
+            FileKind::Journal(n) => *n < journal_number && !rec.version.segments.contains_key(n),
             FileKind::Manifest(n) => *n != manifest_number,
             FileKind::Table(n) => !live.contains(n),
             FileKind::Temp => true,
@@ -248,7 +251,10 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         fs: fs.clone(),
         table_opts,
         state: RwLock::new(State {
-            mem: Arc::new(Memtable::new(journal_number)),
+            mem: Arc::new(Memtable::with_segment(SegmentFile::get(
+                &reaper,
+                journal_number,
+            ))),
             sealed: Vec::new(),
             pressure: crate::compaction::write_pressure(&rec.version, &opts),
             table_seqno_max: rec.last_seqno,
@@ -378,9 +384,13 @@ fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recove
             return Err(bad("manifest holds a non-edit record".into()));
         }
         let edit = Edit::decode(payload).map_err(bad)?;
-        if i == 0 && edit.format != Some(MANIFEST_FORMAT) {
+        if i == 0
+            && !edit
+                .format
+                .is_some_and(|f| (MANIFEST_FORMAT_MIN..=MANIFEST_FORMAT).contains(&f))
+        {
             return Err(bad(format!(
-                "unsupported manifest format {:?} (this build reads {MANIFEST_FORMAT})",
+                "unsupported manifest format {:?} (this build reads {MANIFEST_FORMAT_MIN}..={MANIFEST_FORMAT})",
                 edit.format
             )));
         }
@@ -408,7 +418,8 @@ fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recove
     Ok(rec)
 }
 
-/// Every table the manifest names, and the journal at its floor, must
+/// Every table and value segment the manifest names, and the journal at
+/// its floor, must
 /// exist: files are deleted only after the edit that retires them is synced,
 /// and the floor journal is created (and its name synced) before any edit
 /// names it. A missing one means a durable edit was lost — typically a
@@ -429,6 +440,13 @@ fn check_files_present(dir: &Path, kinds: &[FileKind], rec: &Recovered) -> Resul
             files::journal(dir, rec.journal_floor),
             0,
             "journal named by the manifest is missing (a manifest edit was lost)",
+        ));
+    }
+    if let Some(n) = rec.version.segments.keys().find(|n| !journals.contains(n)) {
+        return Err(Error::corruption(
+            files::journal(dir, *n),
+            0,
+            "journal segment holding values named by the manifest is missing",
         ));
     }
     if let Some(n) = rec.version.numbers().find(|n| !tables.contains(n)) {
@@ -469,8 +487,13 @@ fn replay_journal(
     mem: &mut Memtable,
     flush: &mut dyn FnMut(&mut Memtable) -> Result<()>,
     memtable_bytes: usize,
+    separate_min: usize,
     sabotage_resync: bool,
 ) -> Result<()> {
+    let rule = Separate {
+        min: separate_min,
+        segment: number,
+    };
     let path: PathBuf = files::journal(dir, number);
     let data = read_settled(fs, &path, |d| {
         log::scan(d, |_, _, _| true).tail == Tail::Clean
@@ -500,6 +523,24 @@ fn replay_journal(
                 "damaged journal record that a later record marks as synced",
             ));
         }
+    };
+    // Separated values stay where they are only in records a successful
+    // sync covered: every record of a journal a later journal follows (it
+    // was synced when sealed), and in the last journal the records up to
+    // its highest durability mark. Values of the records after that are
+    // copied into the tables written at open. They may be on the device
+    // or not — and after a failed fsync the kernel may show bytes the
+    // device never got ("lost" writeback), which a later fsync does not
+    // write again — so tables must not point at them.
+    let vouched = if may_be_torn {
+        records
+            .iter()
+            .filter_map(|&(_, k, p)| batch_codec::split_journal_record(k, p))
+            .map(|(mark, _)| mark)
+            .max()
+            .unwrap_or(0)
+    } else {
+        u64::MAX
     };
     for (offset, kind, payload) in records {
         let bad = |d: String| Error::corruption(&path, offset, d);
@@ -534,11 +575,11 @@ fn replay_journal(
                 batch.first_seqno, *last_seqno
             )));
         }
-        let mut seqno = batch.first_seqno;
-        for op in &batch.ops {
-            mem.insert(op.key, seqno, op.kind, op.value);
-            seqno += 1;
-        }
+        // `payload` borrows from `data`, the whole file: its distance from
+        // the start is its offset in the journal.
+        let at = (payload.as_ptr() as usize - data.as_ptr() as usize) as u64;
+        let place = last.is_some_and(|l| l <= vouched).then_some((at, &rule));
+        let seqno = insert_batch(mem, payload, batch.first_seqno, place).map_err(bad)?;
         *last_seqno = (*last_seqno).max(seqno - 1);
         if mem.approx_bytes() >= memtable_bytes {
             flush(mem)?;
@@ -557,9 +598,10 @@ fn flush_during_open(
     opts: &TableOptions,
     edit: &mut Edit,
 ) -> Result<()> {
-    if let Some((record, max_seqno)) = crate::flush::write_table(fs, dir, number, mem, opts)? {
-        edit.added.push(record);
-        edit.last_seqno = Some(edit.last_seqno.unwrap_or(0).max(max_seqno));
+    if let Some(f) = crate::flush::write_table(fs, dir, number, mem, opts)? {
+        edit.added.push(f.record);
+        edit.last_seqno = Some(edit.last_seqno.unwrap_or(0).max(f.max_seqno));
+        edit.value_live.extend(f.value_live);
     }
     *mem = Memtable::new(0);
     Ok(())

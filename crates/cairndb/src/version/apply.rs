@@ -86,9 +86,7 @@ impl Inner {
             s.pressure = pressure;
             install(&mut s);
         }
-        for f in removed {
-            f.mark_obsolete();
-        }
+        removed.mark_obsolete();
         if m.file.len() > MANIFEST_BYTES_MAX
             && let Err(e) = self.rewrite_manifest(&mut m)
         {

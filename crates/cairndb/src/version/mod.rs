@@ -15,6 +15,7 @@
 
 pub mod apply;
 pub mod files;
+pub mod segments;
 
 use crate::format::key;
 use crate::format::manifest::{Edit, TableRecord};
@@ -22,16 +23,52 @@ use crate::io::Fs;
 use crate::limits::LEVELS;
 use crate::sync;
 use crate::sync::atomic::{AtomicBool, Ordering};
+use segments::{SegmentFile, SegmentLive};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-/// Deletes obsolete table files; shared by every [`TableFile`] of a database.
+/// Deletes obsolete table and segment files; shared by every
+/// [`TableFile`] and [`SegmentFile`] of a database.
 pub struct Reaper {
     pub fs: Arc<dyn Fs>,
     pub dir: PathBuf,
     /// Called with the table number after its file is deleted (evicts
     /// cached handles).
     pub on_delete: Box<dyn Fn(u64) + Send + Sync>,
+    /// The segment handles in use, so each segment has one
+    /// (`SegmentFile::get`).
+    pub segments: parking_lot::Mutex<HashMap<u64, Weak<SegmentFile>>>,
+}
+
+impl Reaper {
+    pub fn new(fs: Arc<dyn Fs>, dir: PathBuf, on_delete: Box<dyn Fn(u64) + Send + Sync>) -> Self {
+        Reaper {
+            fs,
+            dir,
+            on_delete,
+            segments: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// What applying an edit took out of a version; marked obsolete once the
+/// new version is installed.
+#[derive(Default)]
+pub struct Removed {
+    pub tables: Vec<sync::Arc<TableFile>>,
+    pub segments: Vec<Arc<SegmentFile>>,
+}
+
+impl Removed {
+    pub fn mark_obsolete(self) {
+        for t in self.tables {
+            t.mark_obsolete();
+        }
+        for s in self.segments {
+            s.mark_obsolete();
+        }
+    }
 }
 
 /// A live table file.
@@ -99,10 +136,12 @@ impl Drop for TableFile {
     }
 }
 
-/// The live tables, per level.
+/// The live tables, per level, and the journal segments tables point
+/// into.
 #[derive(Clone, Default)]
 pub struct Version {
     pub levels: [Vec<sync::Arc<TableFile>>; LEVELS],
+    pub segments: BTreeMap<u64, SegmentLive>,
 }
 
 impl Version {
@@ -110,11 +149,7 @@ impl Version {
     /// the tables the edit removed (to be marked obsolete once the new
     /// version is installed). `Err` if the edit does not fit this version
     /// (removes a table that is not there), which means a damaged manifest.
-    pub fn apply(
-        &self,
-        edit: &Edit,
-        reaper: &Arc<Reaper>,
-    ) -> Result<(Version, Vec<sync::Arc<TableFile>>), String> {
+    pub fn apply(&self, edit: &Edit, reaper: &Arc<Reaper>) -> Result<(Version, Removed), String> {
         let mut v = self.clone();
         let mut removed = Vec::new();
         for &(level, number) in &edit.removed {
@@ -138,7 +173,50 @@ impl Version {
         for level in v.levels.iter_mut().skip(1) {
             level.sort_by(|a, b| key::compare(&a.smallest, &b.smallest));
         }
-        Ok((v, removed))
+        for &(number, bytes) in &edit.value_live {
+            let seg = v.segments.entry(number).or_insert_with(|| SegmentLive {
+                live: 0,
+                file: SegmentFile::get(reaper, number),
+            });
+            seg.live = seg
+                .live
+                .checked_add(bytes)
+                .ok_or_else(|| format!("segment {number}: live bytes overflow"))?;
+        }
+        let mut dead_segments = Vec::new();
+        for &(number, bytes) in &edit.value_dead {
+            let seg = v.segments.get_mut(&number).ok_or_else(|| {
+                format!("edit frees values of segment {number}, which holds none")
+            })?;
+            seg.live = seg.live.checked_sub(bytes).ok_or_else(|| {
+                format!(
+                    "edit frees {bytes} bytes of segment {number}, which holds {}",
+                    seg.live
+                )
+            })?;
+            if seg.live == 0
+                && let Some(gone) = v.segments.remove(&number)
+            {
+                dead_segments.push(gone.file);
+            }
+        }
+        Ok((
+            v,
+            Removed {
+                tables: removed,
+                segments: dead_segments,
+            },
+        ))
+    }
+
+    /// The handle of segment `number` if tables point into it.
+    pub fn segment(&self, number: u64) -> Option<&Arc<SegmentFile>> {
+        self.segments.get(&number).map(|s| &s.file)
+    }
+
+    /// Bytes of separated values tables point to, over all segments.
+    pub fn value_bytes_live(&self) -> u64 {
+        self.segments.values().map(|s| s.live).sum()
     }
 
     /// An edit that recreates this version from nothing.
@@ -147,6 +225,7 @@ impl Version {
         for (level, files) in self.levels.iter().enumerate() {
             e.added.extend(files.iter().map(|f| f.record(level)));
         }
+        e.value_live = self.segments.iter().map(|(&n, s)| (n, s.live)).collect();
         e
     }
 
@@ -254,11 +333,11 @@ mod loom_model {
             let fs = MemFs::new();
             let deleted = Arc::new(Mutex::new(Vec::new()));
             let log = deleted.clone();
-            let reaper = std::sync::Arc::new(Reaper {
-                fs: std::sync::Arc::new(fs.clone()),
-                dir: dir.clone(),
-                on_delete: Box::new(move |n| log.lock().push(n)),
-            });
+            let reaper = std::sync::Arc::new(Reaper::new(
+                std::sync::Arc::new(fs.clone()),
+                dir.clone(),
+                Box::new(move |n| log.lock().push(n)),
+            ));
             for n in 1..=3 {
                 drop(fs.create(&files::table(&dir, n)).expect("create"));
             }
@@ -269,7 +348,7 @@ mod loom_model {
             let (v1, removed) = Version::default()
                 .apply(&start, &reaper)
                 .expect("first edit");
-            assert!(removed.is_empty());
+            assert!(removed.tables.is_empty());
             let state = Arc::new(Mutex::new(Arc::new(v1)));
 
             let readers: Vec<_> = (0..2)
@@ -287,9 +366,7 @@ mod loom_model {
             let base = state.lock().clone();
             let (v2, removed) = base.apply(&compaction, &reaper).expect("compaction edit");
             *state.lock() = Arc::new(v2);
-            for table in removed {
-                table.mark_obsolete();
-            }
+            removed.mark_obsolete();
             drop(base);
 
             for r in readers {

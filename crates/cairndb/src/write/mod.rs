@@ -23,11 +23,14 @@ mod seqno_model;
 use crate::db::Inner;
 use crate::error::{Error, Result};
 use crate::format::batch as codec;
+use crate::format::key::Kind;
+use crate::format::vptr::ValuePtr;
 use crate::limits::{GROUP_BYTES_MAX, SEQNO_MAX};
 use crate::memtable::Memtable;
 use crate::options::WriteOptions;
 use crate::txn::Validation;
 use crate::version::files;
+use crate::version::segments::SegmentFile;
 use batch::WriteBatch;
 use queue::Turn;
 use std::collections::BTreeSet;
@@ -60,6 +63,44 @@ fn dup(r: &Result<()>) -> Result<()> {
         Ok(()) => Ok(()),
         Err(e) => Err(e.duplicate()),
     }
+}
+
+/// Which values an applied batch separates, and the journal they are in.
+pub(crate) struct Separate {
+    /// `Options::value_separation_min`.
+    pub min: usize,
+    /// Number of the journal (segment) the batch was written to.
+    pub segment: u64,
+}
+
+/// Inserts the ops of batch payload `rep` into `mem` with seqnos from
+/// `seqno` on; returns the next seqno. With `place` = (file offset of
+/// `rep`'s first byte in its journal, rule), values of at least `min`
+/// bytes go in as pointers to where they lie in the journal. Shared by
+/// commits and journal replay, so both build the same memtable.
+pub(crate) fn insert_batch(
+    mem: &Memtable,
+    rep: &[u8],
+    mut seqno: u64,
+    place: Option<(u64, &Separate)>,
+) -> std::result::Result<u64, String> {
+    let decoded = codec::decode(rep)?;
+    let mut ptr = Vec::with_capacity(crate::format::vptr::VPTR_LEN_MAX);
+    for op in decoded.ops {
+        match place {
+            Some((at, rule)) if op.kind == Kind::Put && op.value.len() >= rule.min => {
+                // `op.value` borrows from `rep`, so its distance from
+                // `rep`'s start is its offset within the payload.
+                let within = op.value.as_ptr() as usize - rep.as_ptr() as usize;
+                ptr.clear();
+                ValuePtr::to(rule.segment, at + within as u64, op.value).encode(&mut ptr);
+                mem.insert(op.key, seqno, Kind::Pointer, &ptr);
+            }
+            _ => mem.insert(op.key, seqno, op.kind, op.value),
+        }
+        seqno += 1;
+    }
+    Ok(seqno)
 }
 
 impl Inner {
@@ -159,17 +200,23 @@ impl Inner {
         };
         let first = self.last_seqno.load(Ordering::Acquire) + 1;
         let mut next = first;
-        let mut buf = Vec::with_capacity(group.iter().map(|p| p.rep.len() + 16).sum());
+        let mut buf = Vec::with_capacity(group.iter().map(|p| p.rep.len() + 32).sum());
+        // Where each member's batch lies in `buf`, so the memtable can
+        // point at separated values where they land in the journal.
+        let mut placed: Vec<Option<std::ops::Range<usize>>> = Vec::new();
         let mut rep = Vec::new();
         for p in live() {
             if self.opts.sabotage.split_batches {
                 next = codec::encode_split(&mut buf, journal.synced_seqno, &p.rep, next);
+                placed.push(None);
                 continue;
             }
             rep.clear();
             rep.extend_from_slice(&p.rep);
             codec::set_seqno(&mut rep, next);
+            let at = buf.len() + codec::JOURNAL_BATCH_AT;
             codec::encode_journal_record(&mut buf, journal.synced_seqno, &rep);
+            placed.push(Some(at..buf.len()));
             next += u64::from(p.count);
         }
         if next - 1 > SEQNO_MAX {
@@ -183,6 +230,7 @@ impl Inner {
         let Some(file) = journal.file.as_mut() else {
             return Err(Error::Closed);
         };
+        let base = file.len();
         if !buf.is_empty()
             && let Err(e) = file.append(&buf)
         {
@@ -202,19 +250,25 @@ impl Inner {
             journal.synced_seqno = next - 1;
         }
         let mem = self.state.read().mem.clone();
+        let separate = Separate {
+            min: self.opts.value_separation_min,
+            segment: journal.number,
+        };
         let mut seqno = first;
-        for p in live() {
+        for (p, at) in live().zip(placed) {
+            // The batch as written (its seqno set), or for the split
+            // sabotage the caller's copy, with values kept inline.
+            let (rep, place) = match at {
+                Some(r) => (&buf[r.clone()], Some((base + r.start as u64, &separate))),
+                None => (&p.rep[..], None),
+            };
             // `WriteBatch` built `rep`, so it decodes; if it ever did not,
             // the journal would hold seqnos that were never published.
-            let decoded = codec::decode(&p.rep).map_err(|d| {
+            seqno = insert_batch(&mem, rep, seqno, place).map_err(|d| {
                 let e = Error::Poisoned(format!("internal: batch does not decode: {d}"));
                 self.set_bg_error(e.duplicate());
                 e
             })?;
-            for op in decoded.ops {
-                mem.insert(op.key, seqno, op.kind, op.value);
-                seqno += 1;
-            }
             p.assigned.store(seqno - 1, Ordering::Release);
         }
         debug_assert_eq!(seqno, next);
@@ -233,10 +287,21 @@ impl Inner {
             // Without a compaction thread nothing would relieve level 0, so
             // pacing and the level-0 stop apply only when one runs.
             let background = self.opts.background_compaction;
+            let journal_full = self
+                .journal
+                .lock()
+                .file
+                .as_ref()
+                .is_some_and(|f| f.len() >= self.opts.journal_bytes);
             let (mem_bytes, sealed, pressure, l0) = {
                 let s = self.state.read();
+                // A full journal counts as a full memtable.
                 (
-                    s.mem.approx_bytes(),
+                    if journal_full {
+                        self.opts.memtable_bytes
+                    } else {
+                        s.mem.approx_bytes()
+                    },
                     s.sealed.len(),
                     s.pressure,
                     s.version.levels[0].len(),
@@ -314,7 +379,8 @@ impl Inner {
         journal.number = number;
         {
             let mut s = self.state.write();
-            let old = std::mem::replace(&mut s.mem, Arc::new(Memtable::new(number)));
+            let fresh = Memtable::with_segment(SegmentFile::get(&self.reaper, number));
+            let old = std::mem::replace(&mut s.mem, Arc::new(fresh));
             s.sealed.push(old);
         }
         drop(journal);

@@ -1,7 +1,8 @@
 //! A seeded workload shared by the crash-state and error-injection tests:
 //! batches whose presence is visible (each writes keys no other batch
 //! touches), overwrites and deletes of a small hot key set, some large
-//! values, flushes, compactions and reopens.
+//! values (separated into the journal in most plans), flushes, compactions
+//! and reopens.
 
 use cairndb::io::MemFs;
 use cairndb::{Options, Sabotage, WriteBatch};
@@ -42,6 +43,12 @@ pub struct Plan {
     pub steps: Vec<Step>,
     pub memtable_bytes: usize,
     pub background_compaction: bool,
+    /// `Options::value_separation_min`: most plans separate only the large
+    /// values (3 KB and up), some separate most values, some none.
+    pub value_separation_min: usize,
+    /// `Options::journal_bytes`: small in some plans, so journals close
+    /// (and memtables seal) on journal size.
+    pub journal_bytes: u64,
 }
 
 pub fn plan(seed: u64) -> Plan {
@@ -76,6 +83,12 @@ pub fn plan(seed: u64) -> Plan {
             256 << 10
         },
         background_compaction: seed.is_multiple_of(5),
+        value_separation_min: match seed % 7 {
+            0 => 8,
+            1 => usize::MAX,
+            _ => 1024,
+        },
+        journal_bytes: if seed % 4 == 1 { 24 << 10 } else { 64 << 20 },
     }
 }
 
@@ -128,6 +141,8 @@ pub fn options(plan: &Plan, fs: &MemFs, sabotage: Sabotage) -> Options {
         level1_bytes: 32 << 10,
         l0_compaction_trigger: 2,
         background_compaction: plan.background_compaction,
+        value_separation_min: plan.value_separation_min,
+        journal_bytes: plan.journal_bytes,
         sabotage,
         ..Options::default()
     }

@@ -1,0 +1,91 @@
+//! Value pointers: where a separated value lives (format.md §Value
+//! pointers).
+//!
+//! A value of at least `Options::value_separation_min` bytes is written
+//! once, inside its batch in the journal, and the memtable and tables hold
+//! this pointer to it instead of the value (entry kind `Kind::Pointer`):
+//!
+//! ```text
+//! varint segment   number of the journal file (segment) holding the value
+//! varint offset    byte offset of the value's first byte in that file
+//! varint len       value length in bytes
+//! 4      crc       masked CRC-32C of the value, u32 LE
+//! ```
+//!
+//! The checksum lets a point read check the value alone, without reading
+//! the whole journal record around it.
+
+use super::coding::{Reader, crc, put_varint};
+
+/// Longest encoded pointer: three 10-byte varints and the crc.
+pub const VPTR_LEN_MAX: usize = 34;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValuePtr {
+    pub segment: u64,
+    pub offset: u64,
+    pub len: u32,
+    pub crc: u32,
+}
+
+impl ValuePtr {
+    /// A pointer to `value`, stored at `offset` of segment `segment`.
+    pub fn to(segment: u64, offset: u64, value: &[u8]) -> ValuePtr {
+        ValuePtr {
+            segment,
+            offset,
+            len: u32::try_from(value.len()).unwrap_or(u32::MAX),
+            crc: crc(value),
+        }
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.segment);
+        put_varint(out, self.offset);
+        put_varint(out, u64::from(self.len));
+        out.extend_from_slice(&self.crc.to_le_bytes());
+    }
+
+    /// Decodes a pointer that must fill `data` exactly.
+    pub fn decode(data: &[u8]) -> Option<ValuePtr> {
+        let mut r = Reader::new(data);
+        let segment = r.varint()?;
+        let offset = r.varint()?;
+        let len = u32::try_from(r.varint()?).ok()?;
+        let crc = r.u32_le()?;
+        r.is_empty().then_some(ValuePtr {
+            segment,
+            offset,
+            len,
+            crc,
+        })
+    }
+
+    /// True if `value` is what this pointer names (length and checksum).
+    pub fn matches(&self, value: &[u8]) -> bool {
+        value.len() == self.len as usize && crc(value) == self.crc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_rejects() {
+        let p = ValuePtr::to(7, 1 << 40, &[5u8; 4096]);
+        let mut e = Vec::new();
+        p.encode(&mut e);
+        assert!(e.len() <= VPTR_LEN_MAX);
+        assert_eq!(ValuePtr::decode(&e), Some(p));
+        assert!(p.matches(&[5u8; 4096]));
+        assert!(!p.matches(&[5u8; 4095]));
+        let mut other = [5u8; 4096];
+        other[100] = 6;
+        assert!(!p.matches(&other));
+        assert_eq!(ValuePtr::decode(&e[..e.len() - 1]), None);
+        let mut long = e.clone();
+        long.push(0);
+        assert_eq!(ValuePtr::decode(&long), None);
+    }
+}
