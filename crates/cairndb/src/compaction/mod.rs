@@ -208,14 +208,17 @@ fn is_base_level(v: &Version, out_level: usize, user_key: &[u8]) -> bool {
     (out_level + 1..LEVELS).all(|l| v.find(l, user_key).is_none())
 }
 
-/// Merges `inputs` into new tables for `out_level`; returns their records
-/// and the separated value bytes, per segment, of the pointers it dropped.
+/// What a merge wrote: the new tables' records, and the separated value
+/// bytes, per segment, of the pointers it dropped.
+type Merged = (Vec<TableRecord>, Vec<(u64, u64)>);
+
+/// Merges `inputs` into new tables for `out_level`.
 fn merge(
     inner: &Inner,
     v: &Version,
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
-) -> Result<(Vec<TableRecord>, Vec<(u64, u64)>)> {
+) -> Result<Merged> {
     let mut created = Vec::new();
     merge_into(inner, v, inputs, out_level, &mut created).inspect_err(|_| {
         // Frees the space of the outputs written so far (the next open
@@ -233,7 +236,7 @@ fn merge_into(
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
     created: &mut Vec<u64>,
-) -> Result<(Vec<TableRecord>, Vec<(u64, u64)>)> {
+) -> Result<Merged> {
     let oldest_snapshot = inner.oldest_snapshot();
     let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(inputs.len());
     for f in inputs {
