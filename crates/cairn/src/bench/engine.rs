@@ -124,11 +124,21 @@ pub struct CairnEngine {
 
 impl CairnEngine {
     pub fn open(dir: &Path, cfg: &EngineConfig) -> BenchResult<Self> {
-        let opts = cairndb::Options {
+        let mut opts = cairndb::Options {
             block_cache_bytes: cfg.cache_bytes,
             memtable_bytes: cfg.write_buffer_bytes,
             ..cairndb::Options::default()
         };
+        // Control runs: `CAIRNDB_VALUE_SEPARATION_MIN=max` keeps every
+        // value inline, as before key-value separation.
+        if let Ok(v) = std::env::var("CAIRNDB_VALUE_SEPARATION_MIN") {
+            opts.value_separation_min = match v.as_str() {
+                "max" => usize::MAX,
+                n => n
+                    .parse()
+                    .map_err(|_| format!("CAIRNDB_VALUE_SEPARATION_MIN={v}: not a number"))?,
+            };
+        }
         Ok(CairnEngine {
             db: cairndb::Db::open(dir, opts)?,
         })
