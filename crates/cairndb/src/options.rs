@@ -49,6 +49,12 @@ pub struct Options {
     /// (docs/architecture.md §Value separation). `usize::MAX` keeps every
     /// value inline. Default 1 KiB.
     pub value_separation_min: usize,
+    /// Value GC: once the separated values still live in a segment are at
+    /// most this share of what it held, compactions move the live ones
+    /// they meet to a values file, so the segment can be freed. `0.0` is
+    /// the null policy: a segment is freed only when all its values are
+    /// dead. Default 0.5.
+    pub value_gc_live_ratio: f64,
     /// Run compactions in a background thread (default true). When false,
     /// only `Db::compact` compacts: for tests that want a fixed shape.
     pub background_compaction: bool,
@@ -117,6 +123,7 @@ impl Options {
             level_multiplier: 10,
             journal_bytes: 64 << 20,
             value_separation_min: VALUE_SEPARATION_MIN_DEFAULT,
+            value_gc_live_ratio: 0.5,
             background_compaction: true,
             sabotage: Sabotage::default(),
         }
@@ -128,6 +135,9 @@ impl Options {
         let bad = |s: &str| Err(crate::Error::InvalidArgument(s.to_owned()));
         if self.memtable_bytes == 0 {
             return bad("memtable_bytes must be > 0");
+        }
+        if !(0.0..=1.0).contains(&self.value_gc_live_ratio) {
+            return bad("value_gc_live_ratio must be in 0.0..=1.0");
         }
         if self.journal_bytes == 0 {
             return bad("journal_bytes must be > 0");

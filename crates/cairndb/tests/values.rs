@@ -302,3 +302,65 @@ fn recovery_copies_values_no_sync_covered() {
     // small) whose durability mark vouches for it.
     assert_eq!(live, (N / 2 * BIG) as u64, "synced values are not copied");
 }
+
+/// Bytes of the journal and values files in the directory.
+fn segment_file_bytes(fs: &MemFs) -> u64 {
+    let mut names = files_with(fs, dir(), ".journal");
+    names.extend(files_with(fs, dir(), ".values"));
+    names
+        .iter()
+        .map(|n| fs.file_len(&dir().join(n)).expect("length"))
+        .sum()
+}
+
+/// Overwrites three quarters of the large values, then compacts: with value
+/// GC the live values left in the old segments move to a values file and
+/// the segments are freed; under the null policy (GC off) they stay.
+#[test]
+fn value_gc_moves_live_values_and_frees_segments() {
+    let run = |gc: f64| {
+        let fs = MemFs::new();
+        let o = Options {
+            journal_bytes: 64 << 10,
+            value_gc_live_ratio: gc,
+            ..opts(&fs, 1024)
+        };
+        let db = Db::open(dir(), o.clone()).expect("open");
+        write_all(&db, 0);
+        db.flush().expect("flush");
+        let mut want = expected(0);
+        for (i, row) in want.iter_mut().enumerate() {
+            if i % 8 != 0 {
+                row.1 = value(i, 1, len_of(i));
+                db.put(&row.0, &row.1).expect("overwrite");
+            }
+        }
+        db.flush().expect("flush");
+        db.compact().expect("compact");
+        // A second pass: the first may have run before enough was dead.
+        db.compact().expect("compact");
+        assert_eq!(scan(&db).expect("scan"), want, "gc {gc}");
+        for (k, v) in &want {
+            assert_eq!(db.get(k).expect("get").as_ref(), Some(v), "gc {gc}");
+        }
+        let live = db.stats().value_bytes_live;
+        let on_disk = segment_file_bytes(&fs);
+        let values_files = files_with(&fs, dir(), ".values").len();
+        db.close().expect("close");
+        let db = Db::open(dir(), o).expect("reopen");
+        assert_eq!(scan(&db).expect("scan after reopen"), want, "gc {gc}");
+        (live, on_disk, values_files)
+    };
+    let (live, on_disk, moved_files) = run(0.5);
+    let (null_live, null_disk, null_files) = run(0.0);
+    assert_eq!(live, null_live, "the same values are live either way");
+    assert!(moved_files > 0, "GC wrote no values file");
+    assert_eq!(null_files, 0, "the null policy moves nothing");
+    let amp = on_disk as f64 / live as f64;
+    let null_amp = null_disk as f64 / null_live as f64;
+    println!("space amplification: value GC {amp:.2}, null policy {null_amp:.2}");
+    assert!(
+        amp < 1.3 && null_amp > 1.5,
+        "space amplification with GC {amp:.2}, without {null_amp:.2}"
+    );
+}

@@ -28,6 +28,7 @@ use crate::limits::LEVELS;
 use crate::options::Options;
 use crate::read::cursor::{Cursor, Dir, MergeCursor, table_cursor};
 use crate::sync;
+use crate::version::segments::SegmentFile;
 use crate::version::{TableFile, Version, files};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -171,7 +172,7 @@ fn compact(inner: &Inner, v: &Version, c: Compaction) -> Result<()> {
         edit.removed
             .extend(c.below.iter().map(|f| (out_level, f.number)));
         let all: Vec<_> = c.inputs.iter().chain(&c.below).cloned().collect();
-        (edit.added, edit.value_dead) = merge(inner, v, &all, out_level)?;
+        merge(inner, v, &all, out_level)?.into_edit(&mut edit);
     }
     inner.log_and_apply(edit, |_| {})?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
@@ -197,7 +198,7 @@ pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
         edit.removed.extend(files.iter().map(|f| (level, f.number)));
         all.extend(files.iter().cloned());
     }
-    (edit.added, edit.value_dead) = merge(inner, &v, &all, target)?;
+    merge(inner, &v, &all, target)?.into_edit(&mut edit);
     inner.log_and_apply(edit, |_| {})?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
     Ok(())
@@ -208,9 +209,31 @@ fn is_base_level(v: &Version, out_level: usize, user_key: &[u8]) -> bool {
     (out_level + 1..LEVELS).all(|l| v.find(l, user_key).is_none())
 }
 
-/// What a merge wrote: the new tables' records, and the separated value
-/// bytes, per segment, of the pointers it dropped.
-type Merged = (Vec<TableRecord>, Vec<(u64, u64)>);
+/// What a merge wrote.
+#[derive(Default)]
+struct Merged {
+    tables: Vec<TableRecord>,
+    /// Separated value bytes, per segment, of the pointers it dropped or
+    /// moved away.
+    dead: Vec<(u64, u64)>,
+    /// Value bytes, per values file, it moved there.
+    moved: Vec<(u64, u64)>,
+}
+
+impl Merged {
+    fn into_edit(self, edit: &mut Edit) {
+        edit.added = self.tables;
+        edit.value_dead = self.dead;
+        edit.value_live = self.moved;
+    }
+}
+
+/// Files a merge created, deleted if it fails.
+#[derive(Default)]
+struct Created {
+    tables: Vec<u64>,
+    values: Vec<u64>,
+}
 
 /// Merges `inputs` into new tables for `out_level`.
 fn merge(
@@ -219,23 +242,87 @@ fn merge(
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
 ) -> Result<Merged> {
-    let mut created = Vec::new();
+    let mut created = Created::default();
     merge_into(inner, v, inputs, out_level, &mut created).inspect_err(|_| {
         // Frees the space of the outputs written so far (the next open
         // would delete them anyway): a full device is retried later.
-        for n in &created {
+        for n in &created.tables {
             let _ = inner.fs.remove(&files::table(&inner.dir, *n));
+        }
+        for n in &created.values {
+            let _ = inner.fs.remove(&files::values(&inner.dir, *n));
         }
     })
 }
 
-/// `merge`, recording the number of every table it creates in `created`.
+/// A values file being written by a compaction: values moved out of
+/// segments that are mostly dead (value GC).
+struct ValuesOut {
+    number: u64,
+    file: Box<dyn crate::io::FileWrite>,
+    bytes: u64,
+}
+
+/// Moves the value `ptr` names (in `seg`) to the compaction's values
+/// file, starting a new file when the current one is full. Returns the
+/// new pointer.
+fn move_value(
+    inner: &Inner,
+    seg: &SegmentFile,
+    ptr: &ValuePtr,
+    out: &mut Vec<ValuesOut>,
+    created: &mut Created,
+) -> Result<ValuePtr> {
+    let path = files::journal(&inner.dir, ptr.segment);
+    let value = seg
+        .read(ptr)
+        .map_err(|e| {
+            Error::io(
+                format!("reading a value to move from {}", path.display()),
+                e,
+            )
+        })?
+        .ok_or_else(|| {
+            Error::corruption(&path, ptr.offset, "a value being moved fails its checksum")
+        })?;
+    if out
+        .last()
+        .is_none_or(|o| o.bytes >= inner.opts.journal_bytes)
+    {
+        let number = inner.new_file_number();
+        created.values.push(number);
+        let path = files::values(&inner.dir, number);
+        let file = inner
+            .fs
+            .create(&path)
+            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        out.push(ValuesOut {
+            number,
+            file,
+            bytes: 0,
+        });
+    }
+    let Some(o) = out.last_mut() else {
+        return Err(Error::InvalidArgument("internal: no values file".into()));
+    };
+    let moved = ValuePtr::to(o.number, o.bytes, &value);
+    o.file.append(&value).map_err(|e| {
+        Error::io(
+            format!("writing {}", files::values(&inner.dir, o.number).display()),
+            e,
+        )
+    })?;
+    o.bytes += value.len() as u64;
+    Ok(moved)
+}
+
+/// `merge`, recording every file it creates in `created`.
 fn merge_into(
     inner: &Inner,
     v: &Version,
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
-    created: &mut Vec<u64>,
+    created: &mut Created,
 ) -> Result<Merged> {
     let oldest_snapshot = inner.oldest_snapshot();
     let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(inputs.len());
@@ -250,6 +337,9 @@ fn merge_into(
     // Seqno of the previous (newer) entry of the current user key.
     let mut newer_seqno = u64::MAX;
     let mut dead = std::collections::BTreeMap::<u64, u64>::new();
+    let mut moved = std::collections::BTreeMap::<u64, u64>::new();
+    let mut values: Vec<ValuesOut> = Vec::new();
+    let mut ptr_buf = Vec::new();
     while merged.advance()? {
         let ikey = merged.key();
         let (user, tag) = key::split(ikey)
@@ -280,7 +370,7 @@ fn merge_into(
         }
         if writer.is_none() {
             let number = inner.new_file_number();
-            created.push(number);
+            created.tables.push(number);
             let path = files::table(&inner.dir, number);
             let file = inner
                 .fs
@@ -288,19 +378,51 @@ fn merge_into(
                 .map_err(|e| Error::io(format!("creating table {}", path.display()), e))?;
             writer = Some((number, TableWriter::new(file, path, &inner.table_opts)));
         }
-        if let Some((_, w)) = writer.as_mut() {
+        // Value GC: a pointer into a segment that is mostly dead moves its
+        // value to this compaction's values file.
+        let gc = inner.opts.value_gc_live_ratio;
+        let moving = (gc > 0.0 && key::tag_kind(tag) == Kind::Pointer as u8)
+            .then(|| ValuePtr::decode(merged.value()))
+            .flatten()
+            .and_then(|p| {
+                let seg = v.segments.get(&p.segment)?;
+                seg.mostly_dead(gc).then(|| (p, seg.file.clone()))
+            });
+        if let Some((ptr, seg)) = moving {
+            let to = move_value(inner, &seg, &ptr, &mut values, created)?;
+            *dead.entry(ptr.segment).or_default() += u64::from(ptr.len);
+            *moved.entry(to.segment).or_default() += u64::from(to.len);
+            ptr_buf.clear();
+            to.encode(&mut ptr_buf);
+            if let Some((_, w)) = writer.as_mut() {
+                w.add(ikey, &ptr_buf)?;
+            }
+        } else if let Some((_, w)) = writer.as_mut() {
             w.add(ikey, merged.value())?;
         }
     }
     if writer.is_some() {
         outputs.push(finish(inner, writer, out_level)?);
     }
-    if !outputs.is_empty() {
+    // Moved values are durable before the edit that points to them.
+    for o in &mut values {
+        o.file.sync().map_err(|e| {
+            Error::io(
+                format!("syncing {}", files::values(&inner.dir, o.number).display()),
+                e,
+            )
+        })?;
+    }
+    if !outputs.is_empty() || !values.is_empty() {
         inner
             .sync_dir()
             .map_err(|e| Error::io("syncing the database directory", e))?;
     }
-    Ok((outputs, dead.into_iter().collect()))
+    Ok(Merged {
+        tables: outputs,
+        dead: dead.into_iter().collect(),
+        moved: moved.into_iter().collect(),
+    })
 }
 
 fn finish(inner: &Inner, writer: Option<(u64, TableWriter)>, level: usize) -> Result<TableRecord> {

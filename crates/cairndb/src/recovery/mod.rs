@@ -124,7 +124,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         let mut has_data = false;
         for (name, kind) in names.iter().zip(&kinds) {
             has_data |= match kind {
-                FileKind::Table(_) => true,
+                FileKind::Table(_) | FileKind::Values(_) => true,
                 FileKind::Journal(_) => journal_holds_record(&*fs, &dir.join(name))?,
                 _ => false,
             };
@@ -146,7 +146,10 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let max_seen = kinds
         .iter()
         .filter_map(|k| match k {
-            FileKind::Manifest(n) | FileKind::Journal(n) | FileKind::Table(n) => Some(*n),
+            FileKind::Manifest(n)
+            | FileKind::Journal(n)
+            | FileKind::Table(n)
+            | FileKind::Values(n) => Some(*n),
             _ => None,
         })
         .max()
@@ -238,6 +241,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             FileKind::Journal(n) => *n < journal_number && !rec.version.segments.contains_key(n),
             FileKind::Manifest(n) => *n != manifest_number,
             FileKind::Table(n) => !live.contains(n),
+            FileKind::Values(n) => !rec.version.segments.contains_key(n),
             FileKind::Temp => true,
             _ => false,
         };
@@ -431,7 +435,7 @@ fn check_files_present(dir: &Path, kinds: &[FileKind], rec: &Recovered) -> Resul
     for k in kinds {
         match k {
             FileKind::Table(n) => tables.insert(*n),
-            FileKind::Journal(n) => journals.insert(*n),
+            FileKind::Journal(n) | FileKind::Values(n) => journals.insert(*n),
             _ => false,
         };
     }

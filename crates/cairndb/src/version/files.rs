@@ -6,6 +6,7 @@
 //! | `MANIFEST-NNNNNN`  | version edits                           |
 //! | `NNNNNN.journal`   | write-ahead journal                     |
 //! | `NNNNNN.table`     | sorted table                            |
+//! | `NNNNNN.values`    | values a compaction moved out of a journal |
 //! | `LOCK`             | held by the open handle                 |
 //! | `*.tmp`            | a file being written; deleted on open   |
 //!
@@ -25,6 +26,9 @@ pub fn journal(dir: &Path, n: u64) -> PathBuf {
 pub fn table(dir: &Path, n: u64) -> PathBuf {
     dir.join(format!("{n:06}.table"))
 }
+pub fn values(dir: &Path, n: u64) -> PathBuf {
+    dir.join(format!("{n:06}.values"))
+}
 
 /// What a directory entry is, by name.
 #[derive(Debug, PartialEq, Eq)]
@@ -33,6 +37,7 @@ pub enum FileKind {
     Manifest(u64),
     Journal(u64),
     Table(u64),
+    Values(u64),
     Temp,
     Lock,
     Other,
@@ -56,6 +61,9 @@ pub fn parse(name: &str) -> FileKind {
     }
     if let Some(n) = name.strip_suffix(".table").and_then(|s| s.parse().ok()) {
         return FileKind::Table(n);
+    }
+    if let Some(n) = name.strip_suffix(".values").and_then(|s| s.parse().ok()) {
+        return FileKind::Values(n);
     }
     FileKind::Other
 }

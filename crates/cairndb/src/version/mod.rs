@@ -176,12 +176,14 @@ impl Version {
         for &(number, bytes) in &edit.value_live {
             let seg = v.segments.entry(number).or_insert_with(|| SegmentLive {
                 live: 0,
+                added: 0,
                 file: SegmentFile::get(reaper, number),
             });
             seg.live = seg
                 .live
                 .checked_add(bytes)
                 .ok_or_else(|| format!("segment {number}: live bytes overflow"))?;
+            seg.added = seg.added.saturating_add(bytes);
         }
         let mut dead_segments = Vec::new();
         for &(number, bytes) in &edit.value_dead {

@@ -1,6 +1,7 @@
 //! Journal segments as the value log: the files separated values live in.
 //!
-//! Every journal is a segment. A memtable holds an `Arc<SegmentFile>` of
+//! Every journal is a segment, and so is every values file (values a
+//! compaction moved out of sparsely live segments). A memtable holds an `Arc<SegmentFile>` of
 //! its journal; once a flush makes tables point into it, the version holds
 //! one too, with the count of bytes tables still point to (`live`).
 //! Compaction lowers `live` as it drops pointers; at zero the segment
@@ -47,10 +48,15 @@ impl SegmentFile {
         if let Some(r) = self.reader.get() {
             return Ok(r);
         }
-        let r = self
-            .reaper
-            .fs
-            .open(&files::journal(&self.reaper.dir, self.number))?;
+        // File numbers are unique: a segment is a journal or a values file
+        // (written by a compaction that moved values), never both.
+        let (fs, dir) = (&self.reaper.fs, &self.reaper.dir);
+        let r = match fs.open(&files::journal(dir, self.number)) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs.open(&files::values(dir, self.number))?
+            }
+            other => other?,
+        };
         // Two readers may race to open; either handle serves.
         Ok(self.reader.get_or_init(|| r))
     }
@@ -86,10 +92,10 @@ impl Drop for SegmentFile {
         }
         if self.obsolete.load(Ordering::Acquire) {
             // A failed delete leaves an orphan that the next open removes.
-            let _ = self
-                .reaper
-                .fs
-                .remove(&files::journal(&self.reaper.dir, self.number));
+            let (fs, dir) = (&self.reaper.fs, &self.reaper.dir);
+            if fs.remove(&files::journal(dir, self.number)).is_err() {
+                let _ = fs.remove(&files::values(dir, self.number));
+            }
         }
     }
 }
@@ -98,5 +104,16 @@ impl Drop for SegmentFile {
 #[derive(Clone)]
 pub struct SegmentLive {
     pub live: u64,
+    /// Bytes tables pointed to at most since the database was opened
+    /// (`live` at open): `live / added` is the share still live, which
+    /// decides when compactions move the rest out (value GC).
+    pub added: u64,
     pub file: Arc<SegmentFile>,
+}
+
+impl SegmentLive {
+    /// True if at most `ratio` of the bytes this segment held are live.
+    pub fn mostly_dead(&self, ratio: f64) -> bool {
+        (self.live as f64) <= ratio * (self.added as f64)
+    }
 }

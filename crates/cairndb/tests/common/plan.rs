@@ -49,6 +49,9 @@ pub struct Plan {
     /// `Options::journal_bytes`: small in some plans, so journals close
     /// (and memtables seal) on journal size.
     pub journal_bytes: u64,
+    /// `Options::value_gc_live_ratio`: 1.0 moves every separated value a
+    /// compaction meets, 0.0 never moves one.
+    pub value_gc_live_ratio: f64,
 }
 
 pub fn plan(seed: u64) -> Plan {
@@ -89,6 +92,11 @@ pub fn plan(seed: u64) -> Plan {
             _ => 1024,
         },
         journal_bytes: if seed % 4 == 1 { 24 << 10 } else { 64 << 20 },
+        value_gc_live_ratio: match seed % 3 {
+            0 => 1.0,
+            1 => 0.0,
+            _ => 0.5,
+        },
     }
 }
 
@@ -143,6 +151,7 @@ pub fn options(plan: &Plan, fs: &MemFs, sabotage: Sabotage) -> Options {
         background_compaction: plan.background_compaction,
         value_separation_min: plan.value_separation_min,
         journal_bytes: plan.journal_bytes,
+        value_gc_live_ratio: plan.value_gc_live_ratio,
         sabotage,
         ..Options::default()
     }
