@@ -364,3 +364,38 @@ fn value_gc_moves_live_values_and_frees_segments() {
         "space amplification with GC {amp:.2}, without {null_amp:.2}"
     );
 }
+
+/// On the real file system flushed values are read with direct IO (one
+/// aligned read around each value), fresh ones through the page cache;
+/// both must return the value whatever its alignment and length,
+/// including a value that ends the file.
+#[test]
+fn direct_reads_on_the_real_file_system() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let o = Options {
+        background_compaction: false,
+        value_separation_min: 100,
+        ..Options::default()
+    };
+    let db = Db::open(tmp.path(), o.clone()).expect("open");
+    let lens = [100, 4095, 4096, 4097, 8191, 12288, 70_000, 333];
+    for (i, &len) in lens.iter().enumerate() {
+        db.put(key(i), value(i, 0, len)).expect("put");
+    }
+    let check = |db: &Db, ctx: &str| {
+        for (i, &len) in lens.iter().enumerate() {
+            assert_eq!(
+                db.get(key(i)).expect("get"),
+                Some(value(i, 0, len)),
+                "{ctx}: value {i}"
+            );
+        }
+    };
+    check(&db, "memtable");
+    db.flush().expect("flush");
+    check(&db, "flushed");
+    db.close().expect("close");
+    let db = Db::open(tmp.path(), o).expect("reopen");
+    check(&db, "reopened");
+    assert!(db.stats().value_segments >= 1);
+}

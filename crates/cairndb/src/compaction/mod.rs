@@ -275,7 +275,7 @@ fn move_value(
 ) -> Result<ValuePtr> {
     let path = files::journal(&inner.dir, ptr.segment);
     let value = seg
-        .read(ptr)
+        .read(ptr, true)
         .map_err(|e| {
             Error::io(
                 format!("reading a value to move from {}", path.display()),

@@ -43,12 +43,50 @@ pub trait FileWrite: Send {
 pub trait FileRead: Send + Sync {
     /// Fills `buf` from `offset`; `UnexpectedEof` if the file is shorter.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Fills as much of `buf` from `offset` as the file holds; returns the
+    /// bytes read, fewer than `buf.len()` only at the end of the file.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let n = usize::try_from(self.len().saturating_sub(offset))
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        self.read_exact_at(&mut buf[..n], offset)?;
+        Ok(n)
+    }
     /// Current size of the file in bytes.
     fn len(&self) -> u64;
     /// True if the file is empty.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Alignment of direct reads: offset, length and buffer address.
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// Reads `len` bytes at `offset` with one direct read of the aligned
+/// range around them; `UnexpectedEof` if the file is shorter. The buffer
+/// is over-allocated and used from its first aligned byte, so no unsafe
+/// allocation is needed.
+pub fn read_direct(file: &dyn FileRead, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+    let align = DIRECT_ALIGN as u64;
+    let start = offset - offset % align;
+    let end = (offset + len as u64).div_ceil(align) * align;
+    let span = usize::try_from(end - start)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "read too large"))?;
+    let mut raw = vec![0u8; span + DIRECT_ALIGN];
+    let skip = raw.as_ptr().align_offset(DIRECT_ALIGN);
+    let buf = raw
+        .get_mut(skip..skip + span)
+        .ok_or_else(|| io::Error::other("aligned buffer out of range"))?;
+    let got = file.read_at(buf, start)?;
+    let from = (offset - start) as usize;
+    if got < from + len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "read past end of file",
+        ));
+    }
+    Ok(buf[from..from + len].to_vec())
 }
 
 /// A held advisory lock on a database directory; released on drop.
@@ -62,6 +100,13 @@ pub trait Fs: Send + Sync + 'static {
     fn create(&self, path: &Path) -> io::Result<Box<dyn FileWrite>>;
     /// Opens an existing file for reading.
     fn open(&self, path: &Path) -> io::Result<Arc<dyn FileRead>>;
+    /// Opens an existing file for direct reads, which bypass the page cache
+    /// where the backend can: every read's offset, length and buffer
+    /// address must be multiples of [`DIRECT_ALIGN`]. Backends without
+    /// direct IO read as `open` does.
+    fn open_direct(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
+        self.open(path)
+    }
     /// Atomically replaces `to` with `from`.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes a file.

@@ -1,5 +1,5 @@
 //! The real file system through `std::fs` (pread via `FileExt`, fdatasync via
-//! `sync_data`, `flock` via `File::try_lock`).
+//! `sync_data`, `flock` via `File::try_lock`); `O_DIRECT` from `libc`.
 
 use super::{DirLock, FileRead, FileWrite, Fs};
 use std::fs::{self, File, OpenOptions};
@@ -40,6 +40,18 @@ impl FileRead for PosixRead {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.file.read_exact_at(buf, offset)
     }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
     fn len(&self) -> u64 {
         self.len
     }
@@ -66,6 +78,22 @@ impl Fs for PosixFs {
         let file = File::open(path)?;
         let len = file.metadata()?.len();
         Ok(Arc::new(PosixRead { file, len }))
+    }
+    fn open_direct(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+        {
+            Ok(file) => {
+                let len = file.metadata()?.len();
+                Ok(Arc::new(PosixRead { file, len }))
+            }
+            // File systems without direct IO (tmpfs) refuse the flag.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.open(path),
+            Err(e) => Err(e),
+        }
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         fs::rename(from, to)

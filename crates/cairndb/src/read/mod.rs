@@ -140,14 +140,17 @@ impl ReadView {
     }
 
     /// The segment file numbered `number`, from the version (flushed
-    /// values) or the memtable whose journal it is.
-    fn segment(&self, number: u64) -> Option<&Arc<SegmentFile>> {
-        self.version.segment(number).or_else(|| {
-            std::iter::once(&self.mem)
-                .chain(self.sealed.iter())
-                .find(|m| m.journal() == number)
-                .and_then(|m| m.segment())
-        })
+    /// values: the file is complete, read directly) or the memtable whose
+    /// journal it is (maybe still written to: read through the cache).
+    fn segment(&self, number: u64) -> Option<(&Arc<SegmentFile>, bool)> {
+        if let Some(s) = self.version.segment(number) {
+            return Some((s, true));
+        }
+        std::iter::once(&self.mem)
+            .chain(self.sealed.iter())
+            .find(|m| m.journal() == number)
+            .and_then(|m| m.segment())
+            .map(|s| (s, false))
     }
 
     /// Reads the separated value an encoded `ValuePtr` names.
@@ -155,14 +158,14 @@ impl ReadView {
         let ptr = ValuePtr::decode(encoded)
             .ok_or_else(|| Error::corruption(&self.tables.dir, 0, "malformed value pointer"))?;
         let path = files::journal(&self.tables.dir, ptr.segment);
-        let Some(seg) = self.segment(ptr.segment) else {
+        let Some((seg, direct)) = self.segment(ptr.segment) else {
             return Err(Error::corruption(
                 &path,
                 ptr.offset,
                 "a value pointer names a segment the database does not hold",
             ));
         };
-        match seg.read(&ptr) {
+        match seg.read(&ptr, direct) {
             Ok(Some(v)) => Ok(v),
             Ok(None) => Err(Error::corruption(
                 &path,

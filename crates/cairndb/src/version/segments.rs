@@ -21,6 +21,8 @@ use std::sync::{Arc, OnceLock, Weak};
 pub struct SegmentFile {
     pub number: u64,
     reader: OnceLock<Arc<dyn FileRead>>,
+    /// A second handle for direct reads (`Fs::open_direct`).
+    direct: OnceLock<Arc<dyn FileRead>>,
     obsolete: AtomicBool,
     reaper: Arc<Reaper>,
 }
@@ -37,6 +39,7 @@ impl SegmentFile {
         let s = Arc::new(SegmentFile {
             number,
             reader: OnceLock::new(),
+            direct: OnceLock::new(),
             obsolete: AtomicBool::new(false),
             reaper: reaper.clone(),
         });
@@ -44,33 +47,55 @@ impl SegmentFile {
         s
     }
 
-    fn reader(&self) -> io::Result<&Arc<dyn FileRead>> {
-        if let Some(r) = self.reader.get() {
+    /// The handle of `slot`, opened (buffered or direct) on first use.
+    fn handle<'a>(
+        &self,
+        slot: &'a OnceLock<Arc<dyn FileRead>>,
+        direct: bool,
+    ) -> io::Result<&'a Arc<dyn FileRead>> {
+        if let Some(r) = slot.get() {
             return Ok(r);
         }
         // File numbers are unique: a segment is a journal or a values file
         // (written by a compaction that moved values), never both.
         let (fs, dir) = (&self.reaper.fs, &self.reaper.dir);
-        let r = match fs.open(&files::journal(dir, self.number)) {
+        let open = |p: &std::path::Path| {
+            if direct {
+                fs.open_direct(p)
+            } else {
+                fs.open(p)
+            }
+        };
+        let r = match open(&files::journal(dir, self.number)) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs.open(&files::values(dir, self.number))?
+                open(&files::values(dir, self.number))?
             }
             other => other?,
         };
         // Two readers may race to open; either handle serves.
-        Ok(self.reader.get_or_init(|| r))
+        Ok(slot.get_or_init(|| r))
     }
 
     /// Reads the value `ptr` names. `Ok(None)` if the bytes read do not
     /// match the pointer's length and checksum (after one re-read, so a
     /// transient flip on the way from the device is not called damage).
-    pub fn read(&self, ptr: &ValuePtr) -> io::Result<Option<Vec<u8>>> {
-        let reader = self.reader()?;
-        let mut buf = vec![0u8; ptr.len as usize];
+    /// `direct`: one aligned direct read around the value, bypassing the
+    /// page cache — for segments no longer written to; a journal still
+    /// being appended to is read through the page cache, where its newest
+    /// bytes are.
+    pub fn read(&self, ptr: &ValuePtr, direct: bool) -> io::Result<Option<Vec<u8>>> {
+        let len = ptr.len as usize;
         for _ in 0..2 {
-            reader.read_exact_at(&mut buf, ptr.offset)?;
-            if ptr.matches(&buf) {
-                return Ok(Some(buf));
+            let value = if direct {
+                crate::io::read_direct(&**self.handle(&self.direct, true)?, ptr.offset, len)?
+            } else {
+                let mut buf = vec![0u8; len];
+                self.handle(&self.reader, false)?
+                    .read_exact_at(&mut buf, ptr.offset)?;
+                buf
+            };
+            if ptr.matches(&value) {
+                return Ok(Some(value));
             }
         }
         Ok(None)
