@@ -1088,6 +1088,11 @@ fn small_options(fs: &MemFs, flags: u8) -> Options {
     o.level1_bytes = 32 << 10;
     o.l0_compaction_trigger = 2;
     o.background_compaction = false;
+    // Most runs separate values of 16 bytes and more (pointers into the
+    // journal, value GC in compactions); some keep every value inline.
+    o.value_separation_min = if flags & 0x80 != 0 { usize::MAX } else { 16 };
+    o.value_gc_live_ratio = 0.5;
+    o.journal_bytes = 32 << 10;
     o
 }
 
