@@ -60,6 +60,9 @@ fn opts(fs: &MemFs) -> Options {
         block_restart_interval: 4,
         block_cache_bytes: 0,
         background_compaction: false,
+        // Values of 12 bytes and more are separated, so the flushed
+        // journals stay as value segments and are swept too.
+        value_separation_min: 12,
         ..Options::default()
     }
 }

@@ -274,17 +274,29 @@ fn move_value(
     created: &mut Created,
 ) -> Result<ValuePtr> {
     let path = files::journal(&inner.dir, ptr.segment);
-    let value = seg
-        .read(ptr, true)
-        .map_err(|e| {
-            Error::io(
+    let value = match seg.read(ptr, true) {
+        Ok(Some(v)) => v,
+        Ok(None) => {
+            return Err(Error::corruption(
+                &path,
+                ptr.offset,
+                "a value being moved fails its checksum",
+            ));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Err(Error::corruption(
+                &path,
+                ptr.offset,
+                "a value being moved lies past the end of its segment",
+            ));
+        }
+        Err(e) => {
+            return Err(Error::io(
                 format!("reading a value to move from {}", path.display()),
                 e,
-            )
-        })?
-        .ok_or_else(|| {
-            Error::corruption(&path, ptr.offset, "a value being moved fails its checksum")
-        })?;
+            ));
+        }
+    };
     if out
         .last()
         .is_none_or(|o| o.bytes >= inner.opts.journal_bytes)

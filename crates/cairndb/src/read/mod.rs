@@ -172,6 +172,16 @@ impl ReadView {
                 ptr.offset,
                 format!("separated value of {} bytes fails its checksum", ptr.len),
             )),
+            // The segment is shorter than when the pointer was made: it
+            // was truncated (segments are never shortened by the engine).
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(Error::corruption(
+                &path,
+                ptr.offset,
+                format!(
+                    "separated value of {} bytes lies past the end of its segment",
+                    ptr.len
+                ),
+            )),
             Err(e) => Err(Error::io(
                 format!("reading a value from {}", path.display()),
                 e,
