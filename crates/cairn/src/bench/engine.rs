@@ -14,6 +14,11 @@
 //!
 //! Peers are compiled only with their cargo feature (`rocksdb`, `lmdb`,
 //! `fjall`, `redb`, `sled`): they are slow to build.
+//!
+//! CairnDB itself comes in variants (`CAIRN_VARIANTS`), selected and run
+//! side by side like peers, so that a control is measured in the same run
+//! as the engine: `cairndb` (defaults), `cairndb-inline` (no key-value
+//! separation) and `cairndb-nogc` (value GC's null policy).
 
 use super::{BenchError, BenchResult};
 use std::path::Path;
@@ -78,20 +83,78 @@ pub trait Engine: Send + Sync {
     }
 }
 
-/// Engines this build can run.
+/// CairnDB variants, each an engine of its own in `--engines`:
+/// - `cairndb`: `Options::default()` (values of 1 KiB and more separated,
+///   value GC at a live ratio of 0.5);
+/// - `cairndb-inline`: `value_separation_min = usize::MAX`, every value
+///   inline in the tables (the control for key-value separation);
+/// - `cairndb-nogc`: `value_gc_live_ratio = 0.0`, the null free-space
+///   policy: no value is ever moved, a segment is freed when all its
+///   values are dead (the control for value GC).
+pub const CAIRN_VARIANTS: &[&str] = &["cairndb", "cairndb-inline", "cairndb-nogc"];
+
+/// Overrides the separation threshold of every CairnDB variant that
+/// separates values (all but `cairndb-inline`): a number of bytes, or
+/// `max` (`usize::MAX`, every value inline).
+pub const SEPARATION_ENV: &str = "CAIRNDB_VALUE_SEPARATION_MIN";
+
+/// The separation threshold `SEPARATION_ENV` asks for, if it is set.
+pub fn separation_override() -> BenchResult<Option<usize>> {
+    match std::env::var(SEPARATION_ENV) {
+        Ok(v) => parse_separation(&v).map(Some),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(e) => Err(format!("{SEPARATION_ENV}: {e}").into()),
+    }
+}
+
+fn parse_separation(v: &str) -> BenchResult<usize> {
+    match v.trim() {
+        "max" => Ok(usize::MAX),
+        n => n
+            .parse()
+            .map_err(|_| format!("{SEPARATION_ENV}={v}: not a number or `max`").into()),
+    }
+}
+
+/// The options of CairnDB variant `name` (`None` if it is not one), with
+/// the separation threshold `separation` overrides (ignored by
+/// `cairndb-inline`).
+pub fn cairn_options(
+    name: &str,
+    cfg: &EngineConfig,
+    separation: Option<usize>,
+) -> Option<cairndb::Options> {
+    let mut opts = cairndb::Options {
+        block_cache_bytes: cfg.cache_bytes,
+        memtable_bytes: cfg.write_buffer_bytes,
+        ..cairndb::Options::default()
+    };
+    if let Some(min) = separation {
+        opts.value_separation_min = min;
+    }
+    match name {
+        "cairndb" => {}
+        "cairndb-inline" => opts.value_separation_min = usize::MAX,
+        "cairndb-nogc" => opts.value_gc_live_ratio = 0.0,
+        _ => return None,
+    }
+    Some(opts)
+}
+
+/// Engines this build can run: the CairnDB variants, then the peers.
 pub fn available() -> Vec<&'static str> {
-    let mut v = vec!["cairndb"];
+    let mut v = CAIRN_VARIANTS.to_vec();
     v.extend_from_slice(super::peers::COMPILED);
     v
 }
 
 /// Opens (creating) a database of engine `name` in `dir`.
 pub fn open(name: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<Box<dyn Engine>> {
-    match name {
-        "cairndb" => Ok(Box::new(CairnEngine::open(dir, cfg)?)),
-        other => super::peers::open(other, dir, cfg).unwrap_or_else(|| {
+    match CAIRN_VARIANTS.iter().find(|v| **v == name) {
+        Some(variant) => Ok(Box::new(CairnEngine::open(variant, dir, cfg)?)),
+        None => super::peers::open(name, dir, cfg).unwrap_or_else(|| {
             Err(format!(
-                "engine {other} is not in this build (available: {}; peers need their cargo feature)",
+                "engine {name} is not in this build (available: {}; peers need their cargo feature)",
                 available().join(", ")
             )
             .into())
@@ -117,37 +180,29 @@ pub fn visit<K: AsRef<[u8]>, V: AsRef<[u8]>, E: Into<BenchError>>(
     Ok(n)
 }
 
-/// CairnDB with options sized like the peers'.
+/// CairnDB with options sized like the peers', in one of its variants
+/// (`CAIRN_VARIANTS`).
 pub struct CairnEngine {
     db: cairndb::Db,
+    name: &'static str,
 }
 
 impl CairnEngine {
-    pub fn open(dir: &Path, cfg: &EngineConfig) -> BenchResult<Self> {
-        let mut opts = cairndb::Options {
-            block_cache_bytes: cfg.cache_bytes,
-            memtable_bytes: cfg.write_buffer_bytes,
-            ..cairndb::Options::default()
-        };
-        // Control runs: `CAIRNDB_VALUE_SEPARATION_MIN=max` keeps every
-        // value inline, as before key-value separation.
-        if let Ok(v) = std::env::var("CAIRNDB_VALUE_SEPARATION_MIN") {
-            opts.value_separation_min = match v.as_str() {
-                "max" => usize::MAX,
-                n => n
-                    .parse()
-                    .map_err(|_| format!("CAIRNDB_VALUE_SEPARATION_MIN={v}: not a number"))?,
-            };
-        }
+    /// Opens variant `name` (one of `CAIRN_VARIANTS`), with the threshold
+    /// of `SEPARATION_ENV` if it is set.
+    pub fn open(name: &'static str, dir: &Path, cfg: &EngineConfig) -> BenchResult<Self> {
+        let opts = cairn_options(name, cfg, separation_override()?)
+            .ok_or_else(|| format!("{name} is not a CairnDB variant"))?;
         Ok(CairnEngine {
             db: cairndb::Db::open(dir, opts)?,
+            name,
         })
     }
 }
 
 impl Engine for CairnEngine {
     fn name(&self) -> &'static str {
-        "cairndb"
+        self.name
     }
     fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()> {
         Ok(self.db.put(key, value)?)
@@ -199,6 +254,56 @@ impl Txn for CairnTxn {
             Ok(_) => Ok(true),
             Err(e) if e.is_conflict() => Ok(false),
             Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cairn_variants_are_engines() {
+        let all = available();
+        assert_eq!(&all[..CAIRN_VARIANTS.len()], CAIRN_VARIANTS);
+        let cfg = EngineConfig::default();
+        let def = cairndb::Options::default();
+        let opts = |name, sep| cairn_options(name, &cfg, sep).unwrap();
+        let plain = opts("cairndb", None);
+        assert_eq!(plain.value_separation_min, def.value_separation_min);
+        assert_eq!(plain.value_gc_live_ratio, def.value_gc_live_ratio);
+        assert_eq!(plain.block_cache_bytes, cfg.cache_bytes);
+        assert_eq!(plain.memtable_bytes, cfg.write_buffer_bytes);
+        let inline = opts("cairndb-inline", None);
+        assert_eq!(inline.value_separation_min, usize::MAX);
+        assert_eq!(inline.value_gc_live_ratio, def.value_gc_live_ratio);
+        let nogc = opts("cairndb-nogc", None);
+        assert_eq!(nogc.value_separation_min, def.value_separation_min);
+        assert_eq!(nogc.value_gc_live_ratio, 0.0);
+        // The environment's threshold applies to the variants that
+        // separate, never to the inline control.
+        assert_eq!(opts("cairndb", Some(256)).value_separation_min, 256);
+        assert_eq!(opts("cairndb-nogc", Some(256)).value_separation_min, 256);
+        assert_eq!(opts("cairndb-nogc", Some(256)).value_gc_live_ratio, 0.0);
+        assert_eq!(
+            opts("cairndb-inline", Some(256)).value_separation_min,
+            usize::MAX
+        );
+        assert!(cairn_options("cairndb-foo", &cfg, None).is_none());
+        assert!(cairn_options("rocksdb", &cfg, None).is_none());
+        assert_eq!(parse_separation("max").unwrap(), usize::MAX);
+        assert_eq!(parse_separation(" 4096").unwrap(), 4096);
+        assert!(parse_separation("1k").is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let err = open("cairndb-foo", dir.path(), &cfg).err().unwrap();
+        assert!(err.to_string().contains("cairndb-inline"), "{err}");
+    }
+
+    #[test]
+    fn cairn_variants_roundtrip() {
+        for name in CAIRN_VARIANTS {
+            super::super::peers::roundtrip(name);
         }
     }
 }

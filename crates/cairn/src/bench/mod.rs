@@ -7,8 +7,8 @@
 //!
 //! Modules:
 //! - `device`: direct-IO probes of the disk under the scratch directory.
-//! - `engine`: the `Engine` trait and adapters (CairnDB; peers behind cargo
-//!   features).
+//! - `engine`: the `Engine` trait and adapters (CairnDB and its control
+//!   variants; peers behind cargo features).
 //! - `workloads`: dbbench, synctx, ycsb, contest, txn-scaling.
 //! - `monitor`: the per-second timeline (ops, MB/s, CPU, disk, RSS).
 //! - `report`: the summary table, JSON lines, plots.
@@ -119,8 +119,10 @@ pub struct BenchArgs {
     /// minutes.
     #[arg(long, value_delimiter = ',')]
     pub workloads: Option<Vec<String>>,
-    /// Engines to run side by side, comma-separated (peers need their
-    /// cargo feature): cairndb, rocksdb, lmdb, fjall, redb, sled.
+    /// Engines to run side by side, comma-separated: cairndb, its
+    /// controls cairndb-inline (no key-value separation) and cairndb-nogc
+    /// (value GC's null policy), and the peers rocksdb, lmdb, fjall, redb,
+    /// sled (each needs its cargo feature).
     #[arg(long, value_delimiter = ',', default_value = "cairndb")]
     pub engines: Vec<String>,
     /// Worker threads for multi-threaded phases.
@@ -258,6 +260,17 @@ pub fn run(mut args: BenchArgs) -> BenchResult<()> {
             )
             .into());
         }
+    }
+    if let Some(min) = engine::separation_override()? {
+        let min = if min == usize::MAX {
+            "max".to_owned()
+        } else {
+            min.to_string()
+        };
+        println!(
+            "{}={min}: the separation threshold of every CairnDB variant but cairndb-inline",
+            engine::SEPARATION_ENV
+        );
     }
     let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let scratch = Scratch(parent.join(format!("cairn-bench-{}", std::process::id())));

@@ -6,6 +6,9 @@
 //!   run), the target for that ratio and whether it was met, amplification,
 //!   RSS, stalls, CPU cores other processes took meanwhile, latency,
 //!   OK/FAIL/SKIP and a note.
+//!   Where CairnDB ran beside its controls (`cairndb-inline`,
+//!   `cairndb-nogc`), a block below the table gives cairndb's rate over
+//!   each control's, per workload/phase.
 //! - `write_jsonl`: the same as JSON lines, appended to a file, for
 //!   comparing runs.
 //! - `plot`: `timeline.svg` (ops/s over time, one panel per workload/phase,
@@ -14,6 +17,7 @@
 //!   several ran the same workload/phase).
 
 use super::device::DeviceLimits;
+use super::engine::CAIRN_VARIANTS;
 use super::monitor::Sample;
 use super::{BenchResult, Row};
 use plotters::prelude::*;
@@ -418,6 +422,89 @@ pub fn format_summary(device: &DeviceLimits, rows: &[Row], color: bool) -> Strin
             "targets: {met} of {} met (a miss is marked, it does not fail the run)",
             scored.len()
         );
+    }
+    out.push_str(&controls_block(rows));
+    out
+}
+
+/// Where `cairndb` ran beside its controls (the other `CAIRN_VARIANTS`):
+/// per workload/phase, cairndb's rate over each control's ("-" where
+/// either row failed, was skipped or is missing). Empty if no control ran.
+fn controls_block(rows: &[Row]) -> String {
+    let ok = |r: &&Row| r.failure.is_none() && r.skipped.is_none();
+    let controls: Vec<&str> = CAIRN_VARIANTS[1..]
+        .iter()
+        .copied()
+        .filter(|c| rows.iter().any(|r| r.engine == *c))
+        .collect();
+    if controls.is_empty() || !rows.iter().any(|r| r.engine == CAIRN_VARIANTS[0]) {
+        return String::new();
+    }
+    let find = |engine: &str, w: &str, p: &str| {
+        rows.iter()
+            .find(|r| r.engine == engine && r.workload == w && r.phase == p)
+    };
+    let mut table = vec![
+        ["workload", "phase"]
+            .into_iter()
+            .map(str::to_owned)
+            .chain(
+                controls
+                    .iter()
+                    .map(|c| format!("vs {}", c.strip_prefix("cairndb-").unwrap_or(c))),
+            )
+            .collect::<Vec<String>>(),
+    ];
+    for r in rows.iter().filter(|r| r.engine == CAIRN_VARIANTS[0]) {
+        if table[1..]
+            .iter()
+            .any(|t| t[0] == r.workload && t[1] == r.phase)
+        {
+            continue;
+        }
+        let mut line = vec![r.workload.clone(), r.phase.clone()];
+        for c in &controls {
+            let cell = match (
+                Some(r).filter(ok),
+                find(c, &r.workload, &r.phase).filter(ok),
+            ) {
+                (Some(a), Some(b)) => ratio_str(a.rate() / b.rate().max(1e-9)),
+                _ => "-".into(),
+            };
+            line.push(cell);
+        }
+        table.push(line);
+    }
+    let ncol = table[0].len();
+    let widths: Vec<usize> = (0..ncol)
+        .map(|c| {
+            table
+                .iter()
+                .map(|t| t[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::from(
+        "\nCairnDB against its controls (cairndb's rate / the control's, same run; >1: cairndb faster)\n",
+    );
+    for (i, t) in table.iter().enumerate() {
+        let mut line = String::from(" ");
+        for (c, cell) in t.iter().enumerate() {
+            let w = widths[c];
+            if c < 2 {
+                let _ = write!(line, " {cell:<w$}");
+            } else {
+                let _ = write!(line, "  {cell:>w$}");
+            }
+        }
+        let line = line.trim_end();
+        out.push_str(line);
+        out.push('\n');
+        if i == 0 {
+            let width = line.chars().count().saturating_sub(2);
+            let _ = writeln!(out, "  {}", "-".repeat(width));
+        }
     }
     out
 }
@@ -972,6 +1059,48 @@ mod tests {
         // Nothing to show is still a well-formed summary.
         let empty = format_summary(&DeviceLimits::default(), &[], false);
         assert!(empty.contains("0 rows"), "{empty}");
+    }
+
+    #[test]
+    fn controls_block_compares_variants() {
+        let mut rs = rows();
+        // rows(): cairndb fillrandom 4,000,000 ops in 10 s, readrandom FAIL.
+        let mut inline = rs[0].clone();
+        inline.engine = "cairndb-inline".into();
+        inline.user_bytes /= 2;
+        let mut read = rs[2].clone();
+        read.engine = "cairndb-inline".into();
+        read.failure = None;
+        let mut nogc = rs[0].clone();
+        nogc.engine = "cairndb-nogc".into();
+        nogc.user_bytes *= 4;
+        rs.extend([inline, read, nogc]);
+        let text = format_summary(&device(), &rs, false);
+        println!("{text}");
+        // The variant's name is the engine column.
+        assert!(text.lines().any(|l| l.starts_with("cairndb-inline ")));
+        let block = text
+            .split_once("CairnDB against its controls")
+            .map(|(_, b)| b)
+            .expect("controls block");
+        assert!(block.lines().all(|l| l.chars().count() <= 100), "{block}");
+        let line = |phase: &str| {
+            block
+                .lines()
+                .find(|l| l.contains(phase))
+                .unwrap_or_default()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert!(block.contains("vs inline") && block.contains("vs nogc"));
+        assert_eq!(line("fillrandom"), "dbbench fillrandom 2.00 0.25");
+        // A failed row gives no ratio; a control that did not run the
+        // phase neither.
+        assert_eq!(line("readrandom"), "dbbench readrandom - -");
+        assert_eq!(line("commit"), "synctx commit - -");
+        // Without a control, no block.
+        assert!(!format_summary(&device(), &rows(), false).contains("against its controls"));
     }
 
     #[test]

@@ -57,11 +57,12 @@ pub fn open(name: &str, dir: &Path, cfg: &EngineConfig) -> Option<BenchResult<Bo
     Some(opened)
 }
 
-/// The same checks on every peer: point ops, atomic batches, ordered
-/// bounded scans, flush, and reopening the directory.
+/// The same checks on every peer (and every CairnDB variant, in
+/// `engine.rs`): point ops, atomic batches, ordered bounded scans, flush,
+/// and reopening the directory.
 #[cfg(test)]
 #[allow(dead_code, clippy::unwrap_used)]
-fn roundtrip(name: &str) {
+pub(crate) fn roundtrip(name: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join(name);
     let cfg = EngineConfig {
@@ -80,7 +81,7 @@ fn roundtrip(name: &str) {
         seen
     };
     {
-        let e = open(name, &dir, &cfg).unwrap().unwrap();
+        let e = super::engine::open(name, &dir, &cfg).unwrap();
         assert_eq!(e.name(), name);
         for i in 0..100u32 {
             e.put(format!("k{i:03}").as_bytes(), format!("v{i}").as_bytes())
@@ -113,7 +114,7 @@ fn roundtrip(name: &str) {
         assert_eq!((n.unwrap(), first), (1, 1));
         e.flush().unwrap();
     }
-    let e = open(name, &dir, &cfg).unwrap().unwrap();
+    let e = super::engine::open(name, &dir, &cfg).unwrap();
     assert_eq!(e.get(b"k099").unwrap().as_deref(), Some(&b"v99"[..]));
     assert_eq!(e.get(b"k042").unwrap(), None);
     assert_eq!(e.get(b"k012").unwrap(), None);
