@@ -399,3 +399,143 @@ fn direct_reads_on_the_real_file_system() {
     check(&db, "reopened");
     assert!(db.stats().value_segments >= 1);
 }
+
+/// Scans load separated values a window at a time: neighbouring values in
+/// one read. Counted here through the simulated file system: a full scan
+/// reads the journal far fewer times than it yields separated values.
+#[test]
+fn scans_read_neighbouring_values_together() {
+    let fs = MemFs::new();
+    let db = Db::open(dir(), opts(&fs, 1024)).expect("open");
+    write_all(&db, 0);
+    db.flush().expect("flush");
+    let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = reads.clone();
+    fs.set_hook(Some(Arc::new(move |op: &cairndb::io::OpInfo| {
+        if op.op == cairndb::io::OpKind::Read && op.path.to_string_lossy().ends_with(".journal") {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    })));
+    for (dir_name, rev) in [("forward", false), ("reverse", true)] {
+        reads.store(0, std::sync::atomic::Ordering::SeqCst);
+        let mut got: Vec<_> = if rev {
+            db.iter().rev().collect::<cairndb::Result<_>>()
+        } else {
+            db.iter().collect::<cairndb::Result<_>>()
+        }
+        .expect("scan");
+        if rev {
+            got.reverse();
+        }
+        assert_eq!(got, expected(0), "{dir_name} scan");
+        let n = reads.load(std::sync::atomic::Ordering::SeqCst);
+        let separated = N / 2;
+        assert!(
+            n * 4 <= separated,
+            "{dir_name}: {n} journal reads for {separated} separated values"
+        );
+    }
+    fs.set_hook(None);
+}
+
+/// A damaged value inside a read-ahead window: the scan yields every entry
+/// before it, then the error, then ends.
+#[test]
+fn a_damaged_value_ends_a_scan_at_its_key() {
+    let fs = MemFs::new();
+    let db = Db::open(dir(), opts(&fs, 1024)).expect("open");
+    write_all(&db, 0);
+    db.flush().expect("flush");
+    db.close().expect("close");
+    let victim = 80;
+    let (name, at) = find_in_journals(&fs, &value(victim, 0, BIG));
+    assert!(fs.mutate_byte(&dir().join(&name), at + 100, |b| b ^ 0x01));
+    let db = Db::open(dir(), opts(&fs, 1024)).expect("open");
+    let got: Vec<_> = db.iter().collect();
+    let want = expected(0);
+    assert_eq!(
+        got.len(),
+        victim + 1,
+        "entries before the damage, then the error"
+    );
+    for (g, w) in got.iter().zip(&want[..victim]) {
+        assert_eq!(g.as_ref().expect("entry before the damage"), w);
+    }
+    match &got[victim] {
+        Err(Error::Corruption { detail, .. }) => assert!(detail.contains("checksum"), "{detail}"),
+        other => panic!("expected corruption at the damaged key, got {other:?}"),
+    }
+}
+
+/// Scans on the real file system (direct reads, runs read from several
+/// threads) over values written in random order across flushed segments,
+/// a sealed-off journal and the memtable, with overwrites and deletes:
+/// forward, reverse, bounded and from both ends, all as a model says.
+#[test]
+fn scans_over_scattered_values_match_a_model() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let o = Options {
+        background_compaction: false,
+        value_separation_min: 200,
+        memtable_bytes: 1 << 20,
+        ..Options::default()
+    };
+    let db = Db::open(tmp.path(), o).expect("open");
+    let mut model = std::collections::BTreeMap::new();
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for round in 0..3u8 {
+        for _ in 0..700 {
+            let i = (next() % 900) as usize;
+            if next() % 10 == 0 {
+                db.delete(key(i)).expect("delete");
+                model.remove(&key(i));
+            } else {
+                let v = value(i, round, 50 + (next() % 9000) as usize);
+                db.put(key(i), &v).expect("put");
+                model.insert(key(i), v);
+            }
+        }
+        if round < 2 {
+            db.flush().expect("flush");
+        }
+    }
+    let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(scan(&db).expect("scan"), want, "forward");
+    let mut back: Vec<_> = db
+        .iter()
+        .rev()
+        .collect::<cairndb::Result<_>>()
+        .expect("rev");
+    back.reverse();
+    assert_eq!(back, want, "reverse");
+    let bounded: Vec<_> = db
+        .range(key(100)..key(700))
+        .collect::<cairndb::Result<_>>()
+        .expect("range");
+    let bounded_want: Vec<_> = model
+        .range(key(100)..key(700))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_eq!(bounded, bounded_want, "bounded");
+    // Both ends of one iterator, alternating: each key once.
+    let mut it = db.iter();
+    let (mut front, mut rear) = (Vec::new(), Vec::new());
+    loop {
+        let f = it.next().transpose().expect("front");
+        let b = it.next_back().transpose().expect("back");
+        front.extend(f.clone());
+        rear.extend(b.clone());
+        if f.is_none() && b.is_none() {
+            break;
+        }
+    }
+    rear.reverse();
+    front.extend(rear);
+    assert_eq!(front, want, "both ends");
+}

@@ -8,8 +8,10 @@
 use super::ReadView;
 use super::cursor::{Cursor, Dir, LevelCursor, MemCursor, MergeCursor, table_cursor};
 use crate::Result;
-use crate::format::key;
+use crate::format::key::{self, Kind};
+use crate::format::vptr::ValuePtr;
 use crate::limits::SEQNO_MAX;
+use std::collections::VecDeque;
 use std::ops::Bound;
 
 /// A key and its value, as yielded by iterators.
@@ -29,8 +31,44 @@ pub struct Iter {
     back: Option<Back>,
     front_last: Option<Vec<u8>>,
     back_last: Option<Vec<u8>>,
+    /// Entries read ahead of each end, values loaded.
+    front_ahead: Ahead,
+    back_ahead: Ahead,
     done: bool,
 }
+
+/// Entries an end of the iterator has read ahead, values already loaded.
+///
+/// Each refill reads up to `window` entries (and `WINDOW_BYTES_MAX` bytes
+/// of values) from the merge, then loads the separated values among them
+/// together (`ReadView::load_many`: one request per run of neighbouring
+/// values, runs read in parallel). The window starts at one entry, so a
+/// short scan reads nothing it does not yield, and doubles per refill up
+/// to `WINDOW_MAX`, so a long scan keeps the device busy.
+struct Ahead {
+    queue: VecDeque<Result<KeyValue>>,
+    window: usize,
+    /// The merge has ended (or failed): no refill.
+    ended: bool,
+}
+
+impl Ahead {
+    fn new() -> Self {
+        Ahead {
+            queue: VecDeque::new(),
+            window: 1,
+            ended: false,
+        }
+    }
+}
+
+/// Most entries one refill reads ahead.
+pub const WINDOW_MAX: usize = 256;
+/// Most value bytes one refill reads ahead (bounds an iterator's memory).
+pub const WINDOW_BYTES_MAX: usize = 4 << 20;
+
+/// An entry whose value is not loaded yet: user key, kind, stored value.
+type Raw = (Vec<u8>, u8, Vec<u8>);
 
 struct Front {
     merge: MergeCursor,
@@ -59,6 +97,8 @@ impl Iter {
             back: None,
             front_last: None,
             back_last: None,
+            front_ahead: Ahead::new(),
+            back_ahead: Ahead::new(),
             done: false,
         }
     }
@@ -140,7 +180,8 @@ impl Iter {
         }
     }
 
-    fn step_front(&mut self) -> Result<Option<KeyValue>> {
+    /// The next entry from the front with a value (a put or a pointer).
+    fn raw_front(&mut self) -> Result<Option<Raw>> {
         if self.front.is_none() {
             let (start, skip) = match &self.lower {
                 Bound::Included(k) => (Some(key::seek_key(k, self.snapshot)), None),
@@ -170,15 +211,14 @@ impl Iter {
             if self.past_upper(&user) {
                 return Ok(None);
             }
-            if let Some(stored) = stored
-                && let Some(value) = self.view.value(kind, stored)?
-            {
-                return Ok(Some((user, value)));
+            if let Some(stored) = stored {
+                return Ok(Some((user, kind, stored)));
             }
         }
     }
 
-    fn step_back(&mut self) -> Result<Option<KeyValue>> {
+    /// The next entry from the back with a value (a put or a pointer).
+    fn raw_back(&mut self) -> Result<Option<Raw>> {
         if self.back.is_none() {
             let start = match &self.upper {
                 Bound::Included(k) => Some(key::encode(k, key::make_tag(0, 0))),
@@ -218,12 +258,10 @@ impl Iter {
             };
             match entry {
                 None => {
-                    return Ok(match back.pending.take() {
-                        Some((user, kind, stored)) => {
-                            self.view.value(kind, stored)?.map(|v| (user, v))
-                        }
-                        None => None,
-                    });
+                    return Ok(back
+                        .pending
+                        .take()
+                        .filter(|(_, kind, _)| key::kind_has_value(*kind)));
                 }
                 Some((user, tag)) => {
                     if key::tag_seqno(tag) > self.snapshot {
@@ -235,15 +273,108 @@ impl Iter {
                     if same_key {
                         continue;
                     }
-                    if let Some((user, kind, stored)) = finished
-                        && let Some(value) = self.view.value(kind, stored)?
+                    if let Some(raw) = finished
+                        && key::kind_has_value(raw.1)
                     {
-                        return Ok(Some((user, value)));
+                        return Ok(Some(raw));
                     }
                 }
             }
         }
     }
+
+    /// The next entry from one end, refilling its read-ahead if empty.
+    fn step(&mut self, dir: Dir) -> Option<Result<KeyValue>> {
+        let empty = match dir {
+            Dir::Forward => self.front_ahead.queue.is_empty(),
+            Dir::Backward => self.back_ahead.queue.is_empty(),
+        };
+        if empty {
+            self.refill(dir);
+        }
+        match dir {
+            Dir::Forward => self.front_ahead.queue.pop_front(),
+            Dir::Backward => self.back_ahead.queue.pop_front(),
+        }
+    }
+
+    /// Reads up to a window of entries from one end and loads their
+    /// values; a failure is queued after the entries before it.
+    fn refill(&mut self, dir: Dir) {
+        let ahead = match dir {
+            Dir::Forward => &mut self.front_ahead,
+            Dir::Backward => &mut self.back_ahead,
+        };
+        if ahead.ended {
+            return;
+        }
+        let window = ahead.window;
+        ahead.window = (window * 2).min(WINDOW_MAX);
+        let mut raw: Vec<Raw> = Vec::new();
+        let mut bytes = 0usize;
+        let mut failed = None;
+        let mut ended = false;
+        while raw.len() < window && bytes < WINDOW_BYTES_MAX {
+            let got = match dir {
+                Dir::Forward => self.raw_front(),
+                Dir::Backward => self.raw_back(),
+            };
+            match got {
+                Ok(Some(entry)) => {
+                    bytes += value_bytes(&entry);
+                    raw.push(entry);
+                }
+                Ok(None) => {
+                    ended = true;
+                    break;
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        let pointers: Vec<&[u8]> = raw
+            .iter()
+            .filter(|(_, kind, _)| *kind == Kind::Pointer as u8)
+            .map(|(_, _, stored)| stored.as_slice())
+            .collect();
+        let mut loaded = if pointers.is_empty() {
+            Vec::new()
+        } else {
+            self.view.load_many(&pointers)
+        }
+        .into_iter();
+        let ahead = match dir {
+            Dir::Forward => &mut self.front_ahead,
+            Dir::Backward => &mut self.back_ahead,
+        };
+        ahead.ended = ended;
+        for (user, kind, stored) in raw {
+            let value = if kind == Kind::Pointer as u8 {
+                loaded.next().unwrap_or_else(|| {
+                    Err(crate::Error::Poisoned("internal: value not loaded".into()))
+                })
+            } else {
+                Ok(stored)
+            };
+            ahead.queue.push_back(value.map(|v| (user, v)));
+        }
+        if let Some(e) = failed {
+            ahead.queue.push_back(Err(e));
+        }
+    }
+}
+
+/// Bytes a refill counts for an entry: its value, separated or not.
+fn value_bytes((user, kind, stored): &Raw) -> usize {
+    let value = if *kind == Kind::Pointer as u8 {
+        ValuePtr::decode(stored).map_or(stored.len(), |p| p.len as usize)
+    } else {
+        stored.len()
+    };
+    user.len() + value
 }
 
 impl Iterator for Iter {
@@ -253,16 +384,16 @@ impl Iterator for Iter {
         if self.done {
             return None;
         }
-        match self.step_front() {
-            Err(e) => {
+        match self.step(Dir::Forward) {
+            Some(Err(e)) => {
                 self.done = true;
                 Some(Err(e))
             }
-            Ok(Some((k, v))) if self.back_last.as_ref().is_none_or(|b| k < *b) => {
+            Some(Ok((k, v))) if self.back_last.as_ref().is_none_or(|b| k < *b) => {
                 self.front_last = Some(k.clone());
                 Some(Ok((k, v)))
             }
-            Ok(_) => {
+            _ => {
                 self.done = true;
                 None
             }
@@ -275,16 +406,16 @@ impl DoubleEndedIterator for Iter {
         if self.done {
             return None;
         }
-        match self.step_back() {
-            Err(e) => {
+        match self.step(Dir::Backward) {
+            Some(Err(e)) => {
                 self.done = true;
                 Some(Err(e))
             }
-            Ok(Some((k, v))) if self.front_last.as_ref().is_none_or(|f| k > *f) => {
+            Some(Ok((k, v))) if self.front_last.as_ref().is_none_or(|f| k > *f) => {
                 self.back_last = Some(k.clone());
                 Some(Ok((k, v)))
             }
-            Ok(_) => {
+            _ => {
                 self.done = true;
                 None
             }

@@ -8,6 +8,7 @@
 
 pub mod cursor;
 pub mod iter;
+pub mod prefetch;
 
 use crate::cache::BlockCache;
 use crate::format::key::{self, Kind};
@@ -142,7 +143,7 @@ impl ReadView {
     /// The segment file numbered `number`, from the version (flushed
     /// values: the file is complete, read directly) or the memtable whose
     /// journal it is (maybe still written to: read through the cache).
-    fn segment(&self, number: u64) -> Option<(&Arc<SegmentFile>, bool)> {
+    pub(crate) fn segment(&self, number: u64) -> Option<(&Arc<SegmentFile>, bool)> {
         if let Some(s) = self.version.segment(number) {
             return Some((s, true));
         }

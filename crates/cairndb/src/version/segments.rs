@@ -101,6 +101,21 @@ impl SegmentFile {
         Ok(None)
     }
 
+    /// Reads `len` raw bytes at `offset`, unchecked (the caller checks
+    /// each value it slices out against its pointer): one aligned direct
+    /// read if `direct`, else through the page cache. For scans that read
+    /// the values of several pointers with one request.
+    pub fn read_span(&self, offset: u64, len: usize, direct: bool) -> io::Result<Vec<u8>> {
+        if direct {
+            crate::io::read_direct(&**self.handle(&self.direct, true)?, offset, len)
+        } else {
+            let mut buf = vec![0u8; len];
+            self.handle(&self.reader, false)?
+                .read_exact_at(&mut buf, offset)?;
+            Ok(buf)
+        }
+    }
+
     pub fn mark_obsolete(&self) {
         self.obsolete.store(true, Ordering::Release);
     }

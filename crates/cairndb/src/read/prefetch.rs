@@ -1,0 +1,164 @@
+//! Reading the values of many pointers at once, for iterators.
+//!
+//! A scan over separated values would pay one device round trip per value
+//! if it loaded each value as it met it. [`ReadView::load_many`] takes a
+//! window of pointers instead, sorts them by segment and offset, and merges
+//! neighbours into runs: one request per run, gaps of at most
+//! [`RUN_GAP_MAX`] read and dropped, a run at most [`RUN_BYTES_MAX`]. Values
+//! written in key order (a sequential load, or values a compaction moved)
+//! become large sequential reads; scattered values become many small reads,
+//! which are issued from up to [`READERS_MAX`] threads at once so the device
+//! sees a queue of requests instead of one at a time.
+//!
+//! Values still in a journal being written to are read through the page
+//! cache, where they are: those runs are read on the calling thread.
+
+use super::ReadView;
+use crate::Result;
+use crate::format::vptr::ValuePtr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Largest gap between two values read with one request.
+pub const RUN_GAP_MAX: u64 = 16 << 10;
+/// Largest span one request reads.
+pub const RUN_BYTES_MAX: u64 = 1 << 20;
+/// Most threads reading runs of one window at once.
+pub const READERS_MAX: usize = 32;
+
+/// Values of neighbouring pointers in one segment, read with one request.
+struct Run {
+    segment: u64,
+    start: u64,
+    end: u64,
+    /// (index into the caller's slice, pointer), by offset.
+    members: Vec<(usize, ValuePtr)>,
+}
+
+impl ReadView {
+    /// The values `encoded` pointers name, in order, each as
+    /// [`ReadView::load`] would return it (same values, same errors).
+    pub fn load_many(&self, encoded: &[&[u8]]) -> Vec<Result<Vec<u8>>> {
+        let mut out: Vec<Option<Result<Vec<u8>>>> = encoded.iter().map(|_| None).collect();
+        let mut ptrs = Vec::with_capacity(encoded.len());
+        for (i, e) in encoded.iter().enumerate() {
+            match ValuePtr::decode(e) {
+                Some(p) => ptrs.push((i, p)),
+                // `load` reports the malformed pointer.
+                None => out[i] = Some(self.load(e)),
+            }
+        }
+        ptrs.sort_by_key(|(_, p)| (p.segment, p.offset));
+        let mut runs: Vec<Run> = Vec::new();
+        for (i, p) in ptrs {
+            let end = p.offset + u64::from(p.len);
+            match runs.last_mut() {
+                Some(r)
+                    if r.segment == p.segment
+                        && p.offset <= r.end.saturating_add(RUN_GAP_MAX)
+                        && end.max(r.end) - r.start <= RUN_BYTES_MAX =>
+                {
+                    r.end = r.end.max(end);
+                    r.members.push((i, p));
+                }
+                _ => runs.push(Run {
+                    segment: p.segment,
+                    start: p.offset,
+                    end,
+                    members: vec![(i, p)],
+                }),
+            }
+        }
+        // Runs in flushed segments go to the device; the rest are cheap.
+        let (direct, cached): (Vec<Run>, Vec<Run>) = runs
+            .into_iter()
+            .partition(|r| self.segment(r.segment).is_some_and(|(_, direct)| direct));
+        for run in &cached {
+            self.read_run(run, encoded, &mut out);
+        }
+        self.read_runs_parallel(&direct, encoded, &mut out);
+        out.into_iter()
+            .map(|v| {
+                v.unwrap_or_else(|| Err(crate::Error::Poisoned("internal: value not read".into())))
+            })
+            .collect()
+    }
+
+    /// Reads `runs` from up to `READERS_MAX` threads (on this thread alone
+    /// if there is one run, or no thread can be started).
+    fn read_runs_parallel(
+        &self,
+        runs: &[Run],
+        encoded: &[&[u8]],
+        out: &mut [Option<Result<Vec<u8>>>],
+    ) {
+        let threads = runs.len().min(READERS_MAX);
+        if threads <= 1 {
+            for run in runs {
+                self.read_run(run, encoded, out);
+            }
+            return;
+        }
+        let next = AtomicUsize::new(0);
+        let work = || {
+            let mut got = Vec::new();
+            loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some(run) = runs.get(k) else {
+                    return got;
+                };
+                let mut one: Vec<Option<Result<Vec<u8>>>> = encoded.iter().map(|_| None).collect();
+                self.read_run(run, encoded, &mut one);
+                got.extend(run.members.iter().map(|&(i, _)| (i, one[i].take())));
+            }
+        };
+        let finished: Vec<(usize, Option<Result<Vec<u8>>>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (1..threads)
+                .filter_map(|_| std::thread::Builder::new().spawn_scoped(s, work).ok())
+                .collect();
+            // This thread reads too; if no thread started it reads all.
+            let mut all = work();
+            for h in handles {
+                // `work` does not panic; if it did, its runs are read
+                // again below.
+                if let Ok(got) = h.join() {
+                    all.extend(got);
+                }
+            }
+            all
+        });
+        for (i, v) in finished {
+            out[i] = v;
+        }
+        // Anything a failed thread left unread is read here.
+        for run in runs {
+            if run.members.iter().any(|&(i, _)| out[i].is_none()) {
+                self.read_run(run, encoded, out);
+            }
+        }
+    }
+
+    /// Reads one run and fills `out` for its members. A single value, a
+    /// failed span read or a value that does not match its pointer goes
+    /// through `load`, which re-reads it and names the damage.
+    fn read_run(&self, run: &Run, encoded: &[&[u8]], out: &mut [Option<Result<Vec<u8>>>]) {
+        if let [(i, _)] = run.members[..] {
+            out[i] = Some(self.load(encoded[i]));
+            return;
+        }
+        let span = self.segment(run.segment).and_then(|(seg, direct)| {
+            let len = usize::try_from(run.end - run.start).ok()?;
+            seg.read_span(run.start, len, direct).ok()
+        });
+        for &(i, p) in &run.members {
+            let from = (p.offset - run.start) as usize;
+            let value = span
+                .as_ref()
+                .and_then(|s| s.get(from..from + p.len as usize))
+                .filter(|v| p.matches(v));
+            out[i] = Some(match value {
+                Some(v) => Ok(v.to_vec()),
+                None => self.load(encoded[i]),
+            });
+        }
+    }
+}
