@@ -130,6 +130,7 @@ impl Inner {
             version: s.version.clone(),
             table_seqno_max: s.table_seqno_max,
             tables: self.tables.clone(),
+            direct_reads: self.opts.direct_value_reads,
         }
     }
 

@@ -55,6 +55,13 @@ pub struct Options {
     /// the null policy: a segment is freed only when all its values are
     /// dead. Default 0.5.
     pub value_gc_live_ratio: f64,
+    /// Read flushed separated values with direct IO (one aligned read
+    /// around each value, bypassing the page cache): for data far larger
+    /// than memory, where caching values only evicts other pages. Default
+    /// false: values are read through the page cache with random-access
+    /// advice (only the value's pages are read), so data that fits in
+    /// memory is served from memory.
+    pub direct_value_reads: bool,
     /// Run compactions in a background thread (default true). When false,
     /// only `Db::compact` compacts: for tests that want a fixed shape.
     pub background_compaction: bool,
@@ -124,6 +131,7 @@ impl Options {
             journal_bytes: 64 << 20,
             value_separation_min: VALUE_SEPARATION_MIN_DEFAULT,
             value_gc_live_ratio: 0.5,
+            direct_value_reads: false,
             background_compaction: true,
             sabotage: Sabotage::default(),
         }

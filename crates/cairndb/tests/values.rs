@@ -365,16 +365,27 @@ fn value_gc_moves_live_values_and_frees_segments() {
     );
 }
 
-/// On the real file system flushed values are read with direct IO (one
-/// aligned read around each value), fresh ones through the page cache;
-/// both must return the value whatever its alignment and length,
-/// including a value that ends the file.
+/// On the real file system, with `direct_value_reads`, flushed values are
+/// read with direct IO (one aligned read around each value), fresh ones
+/// through the page cache; both must return the value whatever its
+/// alignment and length, including a value that ends the file.
 #[test]
 fn direct_reads_on_the_real_file_system() {
+    reads_on_the_real_file_system(true);
+}
+
+/// The same through the page cache (the default).
+#[test]
+fn buffered_reads_on_the_real_file_system() {
+    reads_on_the_real_file_system(false);
+}
+
+fn reads_on_the_real_file_system(direct: bool) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let o = Options {
         background_compaction: false,
         value_separation_min: 100,
+        direct_value_reads: direct,
         ..Options::default()
     };
     let db = Db::open(tmp.path(), o.clone()).expect("open");
@@ -467,17 +478,28 @@ fn a_damaged_value_ends_a_scan_at_its_key() {
     }
 }
 
-/// Scans on the real file system (direct reads, runs read from several
-/// threads) over values written in random order across flushed segments,
+/// Scans on the real file system (page-cache hits read in place, misses
+/// and direct reads from several threads) over values written in random order across flushed segments,
 /// a sealed-off journal and the memtable, with overwrites and deletes:
 /// forward, reverse, bounded and from both ends, all as a model says.
 #[test]
 fn scans_over_scattered_values_match_a_model() {
+    scans_match_a_model(false);
+}
+
+/// The same with flushed values read with direct IO.
+#[test]
+fn direct_scans_over_scattered_values_match_a_model() {
+    scans_match_a_model(true);
+}
+
+fn scans_match_a_model(direct: bool) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let o = Options {
         background_compaction: false,
         value_separation_min: 200,
         memtable_bytes: 1 << 20,
+        direct_value_reads: direct,
         ..Options::default()
     };
     let db = Db::open(tmp.path(), o).expect("open");

@@ -18,7 +18,8 @@
 //! CairnDB itself comes in variants (`CAIRN_VARIANTS`), selected and run
 //! side by side like peers, so that a control is measured in the same run
 //! as the engine: `cairndb` (defaults), `cairndb-inline` (no key-value
-//! separation) and `cairndb-nogc` (value GC's null policy).
+//! separation), `cairndb-nogc` (value GC's null policy) and
+//! `cairndb-direct` (flushed values read with direct IO).
 
 use super::{BenchError, BenchResult};
 use std::path::Path;
@@ -90,8 +91,15 @@ pub trait Engine: Send + Sync {
 ///   inline in the tables (the control for key-value separation);
 /// - `cairndb-nogc`: `value_gc_live_ratio = 0.0`, the null free-space
 ///   policy: no value is ever moved, a segment is freed when all its
-///   values are dead (the control for value GC).
-pub const CAIRN_VARIANTS: &[&str] = &["cairndb", "cairndb-inline", "cairndb-nogc"];
+///   values are dead (the control for value GC);
+/// - `cairndb-direct`: `direct_value_reads = true`, flushed values read
+///   with direct IO instead of through the page cache.
+pub const CAIRN_VARIANTS: &[&str] = &[
+    "cairndb",
+    "cairndb-inline",
+    "cairndb-nogc",
+    "cairndb-direct",
+];
 
 /// Overrides the separation threshold of every CairnDB variant that
 /// separates values (all but `cairndb-inline`): a number of bytes, or
@@ -136,6 +144,7 @@ pub fn cairn_options(
         "cairndb" => {}
         "cairndb-inline" => opts.value_separation_min = usize::MAX,
         "cairndb-nogc" => opts.value_gc_live_ratio = 0.0,
+        "cairndb-direct" => opts.direct_value_reads = true,
         _ => return None,
     }
     Some(opts)
@@ -281,6 +290,10 @@ mod tests {
         let nogc = opts("cairndb-nogc", None);
         assert_eq!(nogc.value_separation_min, def.value_separation_min);
         assert_eq!(nogc.value_gc_live_ratio, 0.0);
+        assert!(!plain.direct_value_reads);
+        let direct = opts("cairndb-direct", None);
+        assert!(direct.direct_value_reads);
+        assert_eq!(direct.value_separation_min, def.value_separation_min);
         // The environment's threshold applies to the variants that
         // separate, never to the inline control.
         assert_eq!(opts("cairndb", Some(256)).value_separation_min, 256);

@@ -58,6 +58,16 @@ pub trait FileRead: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Fills `buf` from `offset` only if the page cache already holds
+    /// every byte (`Ok(true)`), never waiting for the device; `Ok(false)`
+    /// if it does not, or the file system cannot tell: the caller then
+    /// reads the usual way (which may wait).
+    fn read_cached(&self, _buf: &mut [u8], _offset: u64) -> io::Result<bool> {
+        Ok(false)
+    }
+    /// Hint that reads of this file land at random offsets: read from the
+    /// device only what is asked (no read-ahead).
+    fn advise_random(&self) {}
 }
 
 /// Alignment of direct reads: offset, length and buffer address.

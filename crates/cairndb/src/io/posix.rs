@@ -55,6 +55,33 @@ impl FileRead for PosixRead {
     fn len(&self) -> u64 {
         self.len
     }
+    /// `preadv2` with `RWF_NOWAIT`: the kernel answers `EAGAIN` instead
+    /// of going to the device for bytes the page cache lacks.
+    fn read_cached(&self, buf: &mut [u8], offset: u64) -> io::Result<bool> {
+        use rustix::io::{Errno, ReadWriteFlags, preadv2};
+        let mut done = 0;
+        while done < buf.len() {
+            let mut slice = [io::IoSliceMut::new(&mut buf[done..])];
+            match preadv2(
+                &self.file,
+                &mut slice,
+                offset + done as u64,
+                ReadWriteFlags::NOWAIT,
+            ) {
+                Ok(0) => return Ok(false),
+                Ok(n) => done += n,
+                Err(Errno::INTR) => {}
+                // Not cached (EAGAIN), or no RWF_NOWAIT here (EOPNOTSUPP,
+                // EINVAL on old kernels): the caller reads normally.
+                Err(_) => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+    fn advise_random(&self) {
+        // Only a hint: a file system that ignores it still reads right.
+        let _ = rustix::fs::fadvise(&self.file, 0, None, rustix::fs::Advice::Random);
+    }
 }
 
 struct PosixLock {

@@ -78,6 +78,8 @@ pub struct ReadView {
     /// `State::table_seqno_max` when the view was taken.
     pub table_seqno_max: u64,
     pub tables: Arc<TableCache>,
+    /// `Options::direct_value_reads`.
+    pub direct_reads: bool,
 }
 
 impl ReadView {
@@ -140,9 +142,10 @@ impl ReadView {
         }
     }
 
-    /// The segment file numbered `number`, from the version (flushed
-    /// values: the file is complete, read directly) or the memtable whose
-    /// journal it is (maybe still written to: read through the cache).
+    /// The segment file numbered `number`, and whether it is flushed:
+    /// from the version (complete, maybe only on the device) or the
+    /// memtable whose journal it is (maybe still written to; its bytes
+    /// are in the page cache).
     pub(crate) fn segment(&self, number: u64) -> Option<(&Arc<SegmentFile>, bool)> {
         if let Some(s) = self.version.segment(number) {
             return Some((s, true));
@@ -159,14 +162,16 @@ impl ReadView {
         let ptr = ValuePtr::decode(encoded)
             .ok_or_else(|| Error::corruption(&self.tables.dir, 0, "malformed value pointer"))?;
         let path = files::journal(&self.tables.dir, ptr.segment);
-        let Some((seg, direct)) = self.segment(ptr.segment) else {
+        let Some((seg, flushed)) = self.segment(ptr.segment) else {
             return Err(Error::corruption(
                 &path,
                 ptr.offset,
                 "a value pointer names a segment the database does not hold",
             ));
         };
-        match seg.read(&ptr, direct) {
+        // Only flushed values are read directly: a journal still written
+        // to has its newest bytes in the page cache alone.
+        match seg.read(&ptr, flushed && self.direct_reads) {
             Ok(Some(v)) => Ok(v),
             Ok(None) => Err(Error::corruption(
                 &path,

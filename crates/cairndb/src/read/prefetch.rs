@@ -10,8 +10,11 @@
 //! which are issued from up to [`READERS_MAX`] threads at once so the device
 //! sees a queue of requests instead of one at a time.
 //!
-//! Values still in a journal being written to are read through the page
-//! cache, where they are: those runs are read on the calling thread.
+//! Runs whose bytes the page cache holds (a journal still written to, or
+//! recently read pages) are read on the calling thread, asking the kernel
+//! not to wait (`FileRead::read_cached`); only the others go to reader
+//! threads. With `Options::direct_value_reads` every flushed run goes to
+//! the device.
 
 use super::ReadView;
 use crate::Result;
@@ -68,14 +71,26 @@ impl ReadView {
                 }),
             }
         }
-        // Runs in flushed segments go to the device; the rest are cheap.
-        let (direct, cached): (Vec<Run>, Vec<Run>) = runs
-            .into_iter()
-            .partition(|r| self.segment(r.segment).is_some_and(|(_, direct)| direct));
-        for run in &cached {
-            self.read_run(run, encoded, &mut out);
+        // Runs the page cache holds (a journal still written to, or a
+        // flushed segment's cached pages) are read here; the rest go to
+        // the device, in parallel.
+        let mut device = Vec::new();
+        for run in runs {
+            match self.segment(run.segment) {
+                Some((_, true)) if self.direct_reads => device.push(run),
+                Some((seg, true)) => {
+                    let cached = usize::try_from(run.end - run.start)
+                        .ok()
+                        .and_then(|len| seg.read_span_cached(run.start, len).ok().flatten());
+                    match cached {
+                        Some(span) => self.fill_run(&run, Some(span), encoded, &mut out),
+                        None => device.push(run),
+                    }
+                }
+                _ => self.read_run(&run, encoded, &mut out),
+            }
         }
-        self.read_runs_parallel(&direct, encoded, &mut out);
+        self.read_runs_parallel(&device, encoded, &mut out);
         out.into_iter()
             .map(|v| {
                 v.unwrap_or_else(|| Err(crate::Error::Poisoned("internal: value not read".into())))
@@ -137,18 +152,32 @@ impl ReadView {
         }
     }
 
-    /// Reads one run and fills `out` for its members. A single value, a
-    /// failed span read or a value that does not match its pointer goes
-    /// through `load`, which re-reads it and names the damage.
+    /// Reads one run and fills `out` for its members; a single value goes
+    /// through `load`.
     fn read_run(&self, run: &Run, encoded: &[&[u8]], out: &mut [Option<Result<Vec<u8>>>]) {
         if let [(i, _)] = run.members[..] {
             out[i] = Some(self.load(encoded[i]));
             return;
         }
-        let span = self.segment(run.segment).and_then(|(seg, direct)| {
+        let span = self.segment(run.segment).and_then(|(seg, flushed)| {
             let len = usize::try_from(run.end - run.start).ok()?;
-            seg.read_span(run.start, len, direct).ok()
+            seg.read_span(run.start, len, flushed && self.direct_reads)
+                .ok()
         });
+        self.fill_run(run, span, encoded, out);
+    }
+
+    /// Slices each member's value out of `span` (the run's bytes, if they
+    /// could be read) and checks it; a value that is not there or does
+    /// not match goes through `load`, which re-reads it and names the
+    /// damage.
+    fn fill_run(
+        &self,
+        run: &Run,
+        span: Option<Vec<u8>>,
+        encoded: &[&[u8]],
+        out: &mut [Option<Result<Vec<u8>>>],
+    ) {
         for &(i, p) in &run.members {
             let from = (p.offset - run.start) as usize;
             let value = span

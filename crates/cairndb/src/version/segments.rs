@@ -72,6 +72,9 @@ impl SegmentFile {
             }
             other => other?,
         };
+        if !direct {
+            r.advise_random();
+        }
         // Two readers may race to open; either handle serves.
         Ok(slot.get_or_init(|| r))
     }
@@ -114,6 +117,16 @@ impl SegmentFile {
                 .read_exact_at(&mut buf, offset)?;
             Ok(buf)
         }
+    }
+
+    /// `read_span` through the page cache if it holds every byte;
+    /// `Ok(None)` (nothing waited for) if it does not or cannot tell.
+    pub fn read_span_cached(&self, offset: u64, len: usize) -> io::Result<Option<Vec<u8>>> {
+        let mut buf = vec![0u8; len];
+        let hit = self
+            .handle(&self.reader, false)?
+            .read_cached(&mut buf, offset)?;
+        Ok(hit.then_some(buf))
     }
 
     pub fn mark_obsolete(&self) {
