@@ -333,9 +333,11 @@ fn read_phases(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) {
             }
             Ok(())
         })?;
+        // Every table has been read by now, so every index is loaded.
         Ok(Outcome {
             ops: n,
             user_bytes: data,
+            note: db.index_memory().map(|(_, note)| note),
             ..Outcome::default()
         })
     });
