@@ -380,14 +380,20 @@ fn buffered_reads_on_the_real_file_system() {
     reads_on_the_real_file_system(false);
 }
 
-fn reads_on_the_real_file_system(direct: bool) {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let o = Options {
+/// Options on the real file system: no background compaction, values of
+/// `separation_min` bytes and more separated, read directly if `direct`.
+fn real_fs_opts(direct: bool, separation_min: usize) -> Options {
+    Options {
         background_compaction: false,
-        value_separation_min: 100,
+        value_separation_min: separation_min,
         direct_value_reads: direct,
         ..Options::default()
-    };
+    }
+}
+
+fn reads_on_the_real_file_system(direct: bool) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let o = real_fs_opts(direct, 100);
     let db = Db::open(tmp.path(), o.clone()).expect("open");
     let lens = [100, 4095, 4096, 4097, 8191, 12288, 70_000, 333];
     for (i, &len) in lens.iter().enumerate() {
@@ -496,11 +502,8 @@ fn direct_scans_over_scattered_values_match_a_model() {
 fn scans_match_a_model(direct: bool) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let o = Options {
-        background_compaction: false,
-        value_separation_min: 200,
         memtable_bytes: 1 << 20,
-        direct_value_reads: direct,
-        ..Options::default()
+        ..real_fs_opts(direct, 200)
     };
     let db = Db::open(tmp.path(), o).expect("open");
     let mut model = std::collections::BTreeMap::new();

@@ -3,7 +3,9 @@
 //!
 //! An [`Iter`] owns a [`ReadView`] and a snapshot seqno. `next` and
 //! `next_back` each drive their own merge cursor (built on first use); they
-//! stop when they meet, so the two ends together yield each key once.
+//! stop when they meet, so the two ends together yield each key once. Each
+//! end reads ahead a window of entries and loads their separated values
+//! together ([`Ahead`], `ReadView::load_many`).
 
 use super::ReadView;
 use super::cursor::{Cursor, Dir, LevelCursor, MemCursor, MergeCursor, table_cursor};

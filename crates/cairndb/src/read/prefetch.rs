@@ -37,17 +37,20 @@ struct Run {
     members: Vec<(usize, ValuePtr)>,
 }
 
+/// Values read for a window: (index into the caller's slice, value).
+type Loaded = Vec<(usize, Result<Vec<u8>>)>;
+
 impl ReadView {
     /// The values `encoded` pointers name, in order, each as
     /// [`ReadView::load`] would return it (same values, same errors).
     pub fn load_many(&self, encoded: &[&[u8]]) -> Vec<Result<Vec<u8>>> {
-        let mut out: Vec<Option<Result<Vec<u8>>>> = encoded.iter().map(|_| None).collect();
+        let mut loaded: Loaded = Vec::with_capacity(encoded.len());
         let mut ptrs = Vec::with_capacity(encoded.len());
         for (i, e) in encoded.iter().enumerate() {
             match ValuePtr::decode(e) {
                 Some(p) => ptrs.push((i, p)),
                 // `load` reports the malformed pointer.
-                None => out[i] = Some(self.load(e)),
+                None => loaded.push((i, self.load(e))),
             }
         }
         ptrs.sort_by_key(|(_, p)| (p.segment, p.offset));
@@ -83,14 +86,18 @@ impl ReadView {
                         .ok()
                         .and_then(|len| seg.read_span_cached(run.start, len).ok().flatten());
                     match cached {
-                        Some(span) => self.fill_run(&run, Some(span), encoded, &mut out),
+                        Some(span) => self.fill_run(&run, Some(span), &mut loaded, encoded),
                         None => device.push(run),
                     }
                 }
-                _ => self.read_run(&run, encoded, &mut out),
+                _ => self.read_run(&run, &mut loaded, encoded),
             }
         }
-        self.read_runs_parallel(&device, encoded, &mut out);
+        self.read_runs_parallel(&device, &mut loaded, encoded);
+        let mut out: Vec<Option<Result<Vec<u8>>>> = encoded.iter().map(|_| None).collect();
+        for (i, v) in loaded {
+            out[i] = Some(v);
+        }
         out.into_iter()
             .map(|v| {
                 v.unwrap_or_else(|| Err(crate::Error::Poisoned("internal: value not read".into())))
@@ -100,63 +107,53 @@ impl ReadView {
 
     /// Reads `runs` from up to `READERS_MAX` threads (on this thread alone
     /// if there is one run, or no thread can be started).
-    fn read_runs_parallel(
-        &self,
-        runs: &[Run],
-        encoded: &[&[u8]],
-        out: &mut [Option<Result<Vec<u8>>>],
-    ) {
+    fn read_runs_parallel(&self, runs: &[Run], loaded: &mut Loaded, encoded: &[&[u8]]) {
         let threads = runs.len().min(READERS_MAX);
         if threads <= 1 {
             for run in runs {
-                self.read_run(run, encoded, out);
+                self.read_run(run, loaded, encoded);
             }
             return;
         }
         let next = AtomicUsize::new(0);
+        // Each reader takes the next unread run until none is left, and
+        // returns which runs it read and their values.
         let work = || {
-            let mut got = Vec::new();
+            let (mut done, mut got) = (Vec::new(), Vec::new());
             loop {
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 let Some(run) = runs.get(k) else {
-                    return got;
+                    return (done, got);
                 };
-                let mut one: Vec<Option<Result<Vec<u8>>>> = encoded.iter().map(|_| None).collect();
-                self.read_run(run, encoded, &mut one);
-                got.extend(run.members.iter().map(|&(i, _)| (i, one[i].take())));
+                self.read_run(run, &mut got, encoded);
+                done.push(k);
             }
         };
-        let finished: Vec<(usize, Option<Result<Vec<u8>>>)> = std::thread::scope(|s| {
+        let mut read = vec![false; runs.len()];
+        std::thread::scope(|s| {
             let handles: Vec<_> = (1..threads)
                 .filter_map(|_| std::thread::Builder::new().spawn_scoped(s, work).ok())
                 .collect();
             // This thread reads too; if no thread started it reads all.
-            let mut all = work();
-            for h in handles {
-                // `work` does not panic; if it did, its runs are read
-                // again below.
-                if let Ok(got) = h.join() {
-                    all.extend(got);
+            let mut results = vec![work()];
+            // `work` does not panic; if it did, its runs are read below.
+            results.extend(handles.into_iter().filter_map(|h| h.join().ok()));
+            for (done, got) in results {
+                for k in done {
+                    read[k] = true;
                 }
+                loaded.extend(got);
             }
-            all
         });
-        for (i, v) in finished {
-            out[i] = v;
-        }
-        // Anything a failed thread left unread is read here.
-        for run in runs {
-            if run.members.iter().any(|&(i, _)| out[i].is_none()) {
-                self.read_run(run, encoded, out);
-            }
+        for (run, _) in runs.iter().zip(read).filter(|(_, r)| !r) {
+            self.read_run(run, loaded, encoded);
         }
     }
 
-    /// Reads one run and fills `out` for its members; a single value goes
-    /// through `load`.
-    fn read_run(&self, run: &Run, encoded: &[&[u8]], out: &mut [Option<Result<Vec<u8>>>]) {
+    /// Reads one run into `loaded`; a single value goes through `load`.
+    fn read_run(&self, run: &Run, loaded: &mut Loaded, encoded: &[&[u8]]) {
         if let [(i, _)] = run.members[..] {
-            out[i] = Some(self.load(encoded[i]));
+            loaded.push((i, self.load(encoded[i])));
             return;
         }
         let span = self.segment(run.segment).and_then(|(seg, flushed)| {
@@ -164,30 +161,27 @@ impl ReadView {
             seg.read_span(run.start, len, flushed && self.direct_reads)
                 .ok()
         });
-        self.fill_run(run, span, encoded, out);
+        self.fill_run(run, span, loaded, encoded);
     }
 
     /// Slices each member's value out of `span` (the run's bytes, if they
     /// could be read) and checks it; a value that is not there or does
     /// not match goes through `load`, which re-reads it and names the
     /// damage.
-    fn fill_run(
-        &self,
-        run: &Run,
-        span: Option<Vec<u8>>,
-        encoded: &[&[u8]],
-        out: &mut [Option<Result<Vec<u8>>>],
-    ) {
+    fn fill_run(&self, run: &Run, span: Option<Vec<u8>>, loaded: &mut Loaded, encoded: &[&[u8]]) {
         for &(i, p) in &run.members {
             let from = (p.offset - run.start) as usize;
             let value = span
                 .as_ref()
                 .and_then(|s| s.get(from..from + p.len as usize))
                 .filter(|v| p.matches(v));
-            out[i] = Some(match value {
-                Some(v) => Ok(v.to_vec()),
-                None => self.load(encoded[i]),
-            });
+            loaded.push((
+                i,
+                match value {
+                    Some(v) => Ok(v.to_vec()),
+                    None => self.load(encoded[i]),
+                },
+            ));
         }
     }
 }
