@@ -119,6 +119,8 @@ pub(crate) struct Inner {
     pub counters: Counters,
     pub _lock: Box<dyn DirLock>,
     pub blocks: Option<Arc<BlockCache>>,
+    /// Reader threads for scans (`read::pool`).
+    pub readers: Arc<crate::read::pool::ReaderPool>,
 }
 
 impl Inner {
@@ -131,6 +133,7 @@ impl Inner {
             table_seqno_max: s.table_seqno_max,
             tables: self.tables.clone(),
             direct_reads: self.opts.direct_value_reads,
+            readers: self.readers.clone(),
         }
     }
 

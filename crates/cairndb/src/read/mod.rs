@@ -8,6 +8,7 @@
 
 pub mod cursor;
 pub mod iter;
+pub mod pool;
 pub mod prefetch;
 
 use crate::cache::BlockCache;
@@ -80,6 +81,8 @@ pub struct ReadView {
     pub tables: Arc<TableCache>,
     /// `Options::direct_value_reads`.
     pub direct_reads: bool,
+    /// Reader threads for values a scan loads from the device.
+    pub readers: Arc<pool::ReaderPool>,
 }
 
 impl ReadView {

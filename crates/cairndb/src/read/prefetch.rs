@@ -7,26 +7,24 @@
 //! [`RUN_GAP_MAX`] read and dropped, a run at most [`RUN_BYTES_MAX`]. Values
 //! written in key order (a sequential load, or values a compaction moved)
 //! become large sequential reads; scattered values become many small reads,
-//! which are issued from up to [`READERS_MAX`] threads at once so the device
-//! sees a queue of requests instead of one at a time.
+//! which the database's reader threads (`read::pool`) issue at once, so
+//! the device sees a queue of requests instead of one at a time.
 //!
 //! Runs whose bytes the page cache holds (a journal still written to, or
 //! recently read pages) are read on the calling thread, asking the kernel
-//! not to wait (`FileRead::read_cached`); only the others go to reader
-//! threads. With `Options::direct_value_reads` every flushed run goes to
+//! not to wait (`FileRead::read_cached`); only the others go to the
+//! reader threads. With `Options::direct_value_reads` every flushed run goes to
 //! the device.
 
 use super::ReadView;
 use crate::Result;
 use crate::format::vptr::ValuePtr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use crate::version::segments::SegmentFile;
 
 /// Largest gap between two values read with one request.
 pub const RUN_GAP_MAX: u64 = 16 << 10;
 /// Largest span one request reads.
 pub const RUN_BYTES_MAX: u64 = 1 << 20;
-/// Most threads reading runs of one window at once.
-pub const READERS_MAX: usize = 32;
 
 /// Values of neighbouring pointers in one segment, read with one request.
 struct Run {
@@ -39,6 +37,10 @@ struct Run {
 
 /// Values read for a window: (index into the caller's slice, value).
 type Loaded = Vec<(usize, Result<Vec<u8>>)>;
+
+/// Values a reader got: `None` where the value could not be read or does
+/// not match its pointer (the caller then goes through `ReadView::load`).
+type Checked = Vec<(usize, Option<Vec<u8>>)>;
 
 impl ReadView {
     /// The values `encoded` pointers name, in order, each as
@@ -76,24 +78,32 @@ impl ReadView {
         }
         // Runs the page cache holds (a journal still written to, or a
         // flushed segment's cached pages) are read here; the rest go to
-        // the device, in parallel.
+        // the reader threads.
         let mut device = Vec::new();
         for run in runs {
-            match self.segment(run.segment) {
-                Some((_, true)) if self.direct_reads => device.push(run),
+            let got = match self.segment(run.segment) {
+                Some((_, true)) if self.direct_reads => {
+                    device.push(run);
+                    continue;
+                }
                 Some((seg, true)) => {
                     let cached = usize::try_from(run.end - run.start)
                         .ok()
                         .and_then(|len| seg.read_span_cached(run.start, len).ok().flatten());
                     match cached {
-                        Some(span) => self.fill_run(&run, Some(span), &mut loaded, encoded),
-                        None => device.push(run),
+                        Some(span) => run.slice(Some(&span)),
+                        None => {
+                            device.push(run);
+                            continue;
+                        }
                     }
                 }
-                _ => self.read_run(&run, &mut loaded, encoded),
-            }
+                Some((seg, false)) => run.read(seg, false),
+                None => run.slice(None),
+            };
+            self.settle(got, &mut loaded, encoded);
         }
-        self.read_runs_parallel(&device, &mut loaded, encoded);
+        self.read_on_readers(device, &mut loaded, encoded);
         let mut out: Vec<Option<Result<Vec<u8>>>> = encoded.iter().map(|_| None).collect();
         for (i, v) in loaded {
             out[i] = Some(v);
@@ -105,83 +115,83 @@ impl ReadView {
             .collect()
     }
 
-    /// Reads `runs` from up to `READERS_MAX` threads (on this thread alone
-    /// if there is one run, or no thread can be started).
-    fn read_runs_parallel(&self, runs: &[Run], loaded: &mut Loaded, encoded: &[&[u8]]) {
-        let threads = runs.len().min(READERS_MAX);
-        if threads <= 1 {
-            for run in runs {
-                self.read_run(run, loaded, encoded);
-            }
+    /// Reads `runs` of flushed segments on the reader threads (here if
+    /// there is only one) and waits for all of them.
+    fn read_on_readers(&self, runs: Vec<Run>, loaded: &mut Loaded, encoded: &[&[u8]]) {
+        let direct = self.direct_reads;
+        if let [run] = &runs[..] {
+            let got = match self.segment(run.segment) {
+                Some((seg, _)) => run.read(seg, direct),
+                None => run.slice(None),
+            };
+            self.settle(got, loaded, encoded);
             return;
         }
-        let next = AtomicUsize::new(0);
-        // Each reader takes the next unread run until none is left, and
-        // returns which runs it read and their values.
-        let work = || {
-            let (mut done, mut got) = (Vec::new(), Vec::new());
-            loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(run) = runs.get(k) else {
-                    return (done, got);
-                };
-                self.read_run(run, &mut got, encoded);
-                done.push(k);
-            }
-        };
-        let mut read = vec![false; runs.len()];
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (1..threads)
-                .filter_map(|_| std::thread::Builder::new().spawn_scoped(s, work).ok())
-                .collect();
-            // This thread reads too; if no thread started it reads all.
-            let mut results = vec![work()];
-            // `work` does not panic; if it did, its runs are read below.
-            results.extend(handles.into_iter().filter_map(|h| h.join().ok()));
-            for (done, got) in results {
-                for k in done {
-                    read[k] = true;
-                }
-                loaded.extend(got);
-            }
-        });
-        for (run, _) in runs.iter().zip(read).filter(|(_, r)| !r) {
-            self.read_run(run, loaded, encoded);
+        let (tx, rx) = crossbeam_channel::unbounded::<Checked>();
+        let mut asked = Vec::new();
+        for run in runs {
+            asked.extend(run.members.iter().map(|&(i, _)| i));
+            let Some((seg, _)) = self.segment(run.segment) else {
+                self.settle(run.slice(None), loaded, encoded);
+                continue;
+            };
+            let (seg, tx) = (seg.clone(), tx.clone());
+            self.readers.run(move || {
+                let _ = tx.send(run.read(&seg, direct));
+            });
         }
-    }
-
-    /// Reads one run into `loaded`; a single value goes through `load`.
-    fn read_run(&self, run: &Run, loaded: &mut Loaded, encoded: &[&[u8]]) {
-        if let [(i, _)] = run.members[..] {
+        // Every job holds a sender and drops it when done (also if it
+        // panicked): once all are gone, `iter` ends.
+        drop(tx);
+        let mut answered = vec![false; encoded.len()];
+        for got in rx.iter() {
+            for &(i, _) in &got {
+                answered[i] = true;
+            }
+            self.settle(got, loaded, encoded);
+        }
+        for i in asked.into_iter().filter(|&i| !answered[i]) {
             loaded.push((i, self.load(encoded[i])));
-            return;
         }
-        let span = self.segment(run.segment).and_then(|(seg, flushed)| {
-            let len = usize::try_from(run.end - run.start).ok()?;
-            seg.read_span(run.start, len, flushed && self.direct_reads)
-                .ok()
-        });
-        self.fill_run(run, span, loaded, encoded);
     }
 
-    /// Slices each member's value out of `span` (the run's bytes, if they
-    /// could be read) and checks it; a value that is not there or does
-    /// not match goes through `load`, which re-reads it and names the
-    /// damage.
-    fn fill_run(&self, run: &Run, span: Option<Vec<u8>>, loaded: &mut Loaded, encoded: &[&[u8]]) {
-        for &(i, p) in &run.members {
-            let from = (p.offset - run.start) as usize;
-            let value = span
-                .as_ref()
-                .and_then(|s| s.get(from..from + p.len as usize))
-                .filter(|v| p.matches(v));
-            loaded.push((
-                i,
-                match value {
-                    Some(v) => Ok(v.to_vec()),
-                    None => self.load(encoded[i]),
-                },
-            ));
+    /// Turns what a reader got into results: a value that could not be
+    /// read or does not match goes through `load`, which re-reads it and
+    /// names the damage.
+    fn settle(&self, got: Checked, loaded: &mut Loaded, encoded: &[&[u8]]) {
+        loaded.extend(got.into_iter().map(|(i, v)| match v {
+            Some(v) => (i, Ok(v)),
+            None => (i, self.load(encoded[i])),
+        }));
+    }
+}
+
+impl Run {
+    /// Reads the run from `seg` with one request (a lone value with
+    /// `SegmentFile::read`, which re-reads a mismatch once).
+    fn read(&self, seg: &SegmentFile, direct: bool) -> Checked {
+        if let [(i, p)] = self.members[..] {
+            return vec![(i, seg.read(&p, direct).ok().flatten())];
         }
+        let span = usize::try_from(self.end - self.start)
+            .ok()
+            .and_then(|len| seg.read_span(self.start, len, direct).ok());
+        self.slice(span.as_deref())
+    }
+
+    /// Each member's value sliced out of `span` (the run's bytes, if they
+    /// could be read), if it matches its pointer.
+    fn slice(&self, span: Option<&[u8]>) -> Checked {
+        self.members
+            .iter()
+            .map(|&(i, p)| {
+                let from = (p.offset - self.start) as usize;
+                let value = span
+                    .and_then(|s| s.get(from..from + p.len as usize))
+                    .filter(|v| p.matches(v))
+                    .map(<[u8]>::to_vec);
+                (i, value)
+            })
+            .collect()
     }
 }
