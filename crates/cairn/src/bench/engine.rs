@@ -87,6 +87,12 @@ pub trait Engine: Send + Sync {
     fn index_memory(&self) -> Option<(f64, String)> {
         None
     }
+    /// Settles the data: a full compaction (with value GC where the
+    /// engine has it), waiting for it. `Ok(false)` if the adapter has no
+    /// such call and the engine is left to compact on its own.
+    fn compact(&self) -> BenchResult<bool> {
+        Ok(false)
+    }
 }
 
 /// CairnDB variants, each an engine of its own in `--engines`:
@@ -250,6 +256,10 @@ impl Engine for CairnEngine {
     }
     fn begin(&self) -> Option<Box<dyn Txn + '_>> {
         Some(Box::new(CairnTxn(self.db.begin())))
+    }
+    fn compact(&self) -> BenchResult<bool> {
+        self.db.compact()?;
+        Ok(true)
     }
     fn index_memory(&self) -> Option<(f64, String)> {
         let s = self.db.stats();
