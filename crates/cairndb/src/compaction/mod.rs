@@ -260,72 +260,135 @@ fn merge(
 struct ValuesOut {
     number: u64,
     file: Box<dyn crate::io::FileWrite>,
+    /// Bytes given out: written, plus those of the moves still pending.
     bytes: u64,
 }
 
-/// Moves the value `ptr` names (in `seg`) to the compaction's values
-/// file, starting a new file when the current one is full. Returns the
-/// new pointer.
-fn move_value(
-    inner: &Inner,
-    seg: &SegmentFile,
-    ptr: &ValuePtr,
-    out: &mut Vec<ValuesOut>,
-    created: &mut Created,
-) -> Result<ValuePtr> {
-    let path = files::journal(&inner.dir, ptr.segment);
-    let value = match seg.read(ptr, true) {
-        Ok(Some(v)) => v,
-        Ok(None) => {
-            return Err(Error::corruption(
-                &path,
-                ptr.offset,
-                "a value being moved fails its checksum",
-            ));
+/// Most moves read together, and most bytes they may hold.
+const MOVES_MAX: usize = 256;
+const MOVES_BYTES_MAX: u64 = 8 << 20;
+
+/// Value GC's moves: each value gets its new place (the current values
+/// file, at the next offset) as soon as the merge meets it, so the table
+/// entry can be written at once; the values themselves are read in
+/// batches on the reader threads (many device reads in flight instead of
+/// one) and appended in the order their places were given.
+#[derive(Default)]
+struct Moves {
+    out: Vec<ValuesOut>,
+    /// Values given a place in `out.last()` and not yet copied.
+    pending: Vec<(std::sync::Arc<SegmentFile>, ValuePtr)>,
+    pending_bytes: u64,
+}
+
+impl Moves {
+    /// Gives the value `ptr` names (in `seg`) its place in this
+    /// compaction's values file, starting a new file when the current one
+    /// is full; returns the new pointer. The value is copied later
+    /// (`drain`): same length and checksum, so the pointer is known now.
+    fn add(
+        &mut self,
+        inner: &Inner,
+        seg: std::sync::Arc<SegmentFile>,
+        ptr: ValuePtr,
+        created: &mut Created,
+    ) -> Result<ValuePtr> {
+        if self
+            .out
+            .last()
+            .is_none_or(|o| o.bytes >= inner.opts.journal_bytes)
+        {
+            self.drain(inner)?;
+            let number = inner.new_file_number();
+            created.values.push(number);
+            let path = files::values(&inner.dir, number);
+            let file = inner
+                .fs
+                .create(&path)
+                .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+            self.out.push(ValuesOut {
+                number,
+                file,
+                bytes: 0,
+            });
         }
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            return Err(Error::corruption(
-                &path,
-                ptr.offset,
-                "a value being moved lies past the end of its segment",
-            ));
+        let Some(o) = self.out.last_mut() else {
+            return Err(Error::InvalidArgument("internal: no values file".into()));
+        };
+        let moved = ValuePtr {
+            segment: o.number,
+            offset: o.bytes,
+            ..ptr
+        };
+        o.bytes += u64::from(ptr.len);
+        self.pending_bytes += u64::from(ptr.len);
+        self.pending.push((seg, ptr));
+        if self.pending.len() >= MOVES_MAX || self.pending_bytes >= MOVES_BYTES_MAX {
+            self.drain(inner)?;
         }
-        Err(e) => {
-            return Err(Error::io(
-                format!("reading a value to move from {}", path.display()),
-                e,
-            ));
-        }
-    };
-    if out
-        .last()
-        .is_none_or(|o| o.bytes >= inner.opts.journal_bytes)
-    {
-        let number = inner.new_file_number();
-        created.values.push(number);
-        let path = files::values(&inner.dir, number);
-        let file = inner
-            .fs
-            .create(&path)
-            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-        out.push(ValuesOut {
-            number,
-            file,
-            bytes: 0,
-        });
+        Ok(moved)
     }
-    let Some(o) = out.last_mut() else {
-        return Err(Error::InvalidArgument("internal: no values file".into()));
-    };
-    let moved = ValuePtr::to(o.number, o.bytes, &value);
-    o.file.append(&value).map_err(|e| {
-        Error::io(
-            format!("writing {}", files::values(&inner.dir, o.number).display()),
-            e,
-        )
-    })?;
-    o.bytes += value.len() as u64;
-    Ok(moved)
+
+    /// Reads the pending values (on the reader threads) and appends them,
+    /// in order, to the current values file.
+    fn drain(&mut self, inner: &Inner) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for (i, (seg, ptr)) in pending.iter().enumerate() {
+            let (seg, ptr, tx) = (seg.clone(), *ptr, tx.clone());
+            inner.readers.run(move || {
+                let _ = tx.send((i, seg.read(&ptr, true)));
+            });
+        }
+        drop(tx);
+        let mut values: Vec<Option<std::io::Result<Option<Vec<u8>>>>> =
+            pending.iter().map(|_| None).collect();
+        for (i, got) in rx.iter() {
+            values[i] = Some(got);
+        }
+        let Some(o) = self.out.last_mut() else {
+            return Err(Error::InvalidArgument("internal: no values file".into()));
+        };
+        for ((seg, ptr), got) in pending.iter().zip(values) {
+            let path = files::journal(&inner.dir, ptr.segment);
+            // A value whose reader was lost (it panicked) is read here.
+            let got = got.unwrap_or_else(|| seg.read(ptr, true));
+            let value = match got {
+                Ok(Some(v)) => v,
+                Ok(None) => {
+                    return Err(Error::corruption(
+                        &path,
+                        ptr.offset,
+                        "a value being moved fails its checksum",
+                    ));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    return Err(Error::corruption(
+                        &path,
+                        ptr.offset,
+                        "a value being moved lies past the end of its segment",
+                    ));
+                }
+                Err(e) => {
+                    return Err(Error::io(
+                        format!("reading a value to move from {}", path.display()),
+                        e,
+                    ));
+                }
+            };
+            o.file.append(&value).map_err(|e| {
+                Error::io(
+                    format!("writing {}", files::values(&inner.dir, o.number).display()),
+                    e,
+                )
+            })?;
+        }
+        Ok(())
+    }
 }
 
 /// `merge`, recording every file it creates in `created`.
@@ -350,7 +413,7 @@ fn merge_into(
     let mut newer_seqno = u64::MAX;
     let mut dead = std::collections::BTreeMap::<u64, u64>::new();
     let mut moved = std::collections::BTreeMap::<u64, u64>::new();
-    let mut values: Vec<ValuesOut> = Vec::new();
+    let mut moves = Moves::default();
     let mut ptr_buf = Vec::new();
     while merged.advance()? {
         let ikey = merged.key();
@@ -401,7 +464,7 @@ fn merge_into(
                 seg.mostly_dead(gc).then(|| (p, seg.file.clone()))
             });
         if let Some((ptr, seg)) = moving {
-            let to = move_value(inner, &seg, &ptr, &mut values, created)?;
+            let to = moves.add(inner, seg, ptr, created)?;
             *dead.entry(ptr.segment).or_default() += u64::from(ptr.len);
             *moved.entry(to.segment).or_default() += u64::from(to.len);
             ptr_buf.clear();
@@ -417,6 +480,8 @@ fn merge_into(
         outputs.push(finish(inner, writer, out_level)?);
     }
     // Moved values are durable before the edit that points to them.
+    moves.drain(inner)?;
+    let mut values = moves.out;
     for o in &mut values {
         o.file.sync().map_err(|e| {
             Error::io(
