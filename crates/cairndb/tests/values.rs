@@ -67,18 +67,23 @@ fn check_reads(db: &Db, generation: u8, ctx: &str) {
         assert_eq!(db.get(k).expect("get").as_ref(), Some(v), "{ctx}: get");
     }
     assert_eq!(scan(db).expect("scan"), want, "{ctx}: forward scan");
-    let mut back: Vec<_> = db
-        .iter()
-        .rev()
-        .collect::<cairndb::Result<_>>()
-        .expect("rev");
-    back.reverse();
-    assert_eq!(back, want, "{ctx}: reverse scan");
+    assert_eq!(scan_back(db), want, "{ctx}: reverse scan");
     let mid: Vec<_> = db
         .range(key(10)..key(20))
         .collect::<cairndb::Result<_>>()
         .expect("range");
     assert_eq!(mid, want[10..20].to_vec(), "{ctx}: range");
+}
+
+/// Every entry, read with `next_back`, returned in ascending order.
+fn scan_back(db: &Db) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut back: Vec<_> = db
+        .iter()
+        .rev()
+        .collect::<cairndb::Result<_>>()
+        .expect("reverse scan");
+    back.reverse();
+    back
 }
 
 fn table_bytes(db: &Db) -> u64 {
@@ -435,15 +440,11 @@ fn scans_read_neighbouring_values_together() {
     })));
     for (dir_name, rev) in [("forward", false), ("reverse", true)] {
         reads.store(0, std::sync::atomic::Ordering::SeqCst);
-        let mut got: Vec<_> = if rev {
-            db.iter().rev().collect::<cairndb::Result<_>>()
+        let got = if rev {
+            scan_back(&db)
         } else {
-            db.iter().collect::<cairndb::Result<_>>()
-        }
-        .expect("scan");
-        if rev {
-            got.reverse();
-        }
+            scan(&db).expect("scan")
+        };
         assert_eq!(got, expected(0), "{dir_name} scan");
         let n = reads.load(std::sync::atomic::Ordering::SeqCst);
         let separated = N / 2;
@@ -532,13 +533,7 @@ fn scans_match_a_model(direct: bool) {
     }
     let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     assert_eq!(scan(&db).expect("scan"), want, "forward");
-    let mut back: Vec<_> = db
-        .iter()
-        .rev()
-        .collect::<cairndb::Result<_>>()
-        .expect("rev");
-    back.reverse();
-    assert_eq!(back, want, "reverse");
+    assert_eq!(scan_back(&db), want, "reverse");
     let bounded: Vec<_> = db
         .range(key(100)..key(700))
         .collect::<cairndb::Result<_>>()

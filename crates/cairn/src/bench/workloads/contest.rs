@@ -23,11 +23,12 @@
 
 use super::{Ctx, Outcome, Rng, check_value, key_index, make_key, make_value, parallel};
 use crate::bench::device::DeviceLimits;
-use crate::bench::engine::EngineConfig;
-use crate::bench::{BenchResult, wire};
+use crate::bench::engine::{Engine, EngineConfig};
+use crate::bench::{BenchResult, Progress, wire};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -123,10 +124,7 @@ pub fn balloon_main(bytes: u64) -> BenchResult<()> {
 
 pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
     let n = cfg.keys.max(1);
-    let threads = cfg.threads.max(1) as u64;
-    let vl = cfg.value_len;
-    let entry = (8 + vl) as u64;
-    let data = n * entry;
+    let data = n * (8 + cfg.value_len) as u64;
     let balloon = (cfg.mem_cap > 0)
         .then(|| Balloon::inflate(cfg.mem_cap))
         .flatten();
@@ -148,29 +146,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         "write",
         "MB/s",
         Some(("seq write".into(), dev.seq_write / 1e6)),
-        |db, p| {
-            parallel(threads as usize, |t| {
-                let mut rng = Rng::new(cfg.seed + t as u64);
-                let mine: Vec<u64> = (t as u64..n).step_by(threads as usize).collect();
-                let mut order = mine;
-                for i in (1..order.len()).rev() {
-                    order.swap(i, rng.below(i as u64 + 1) as usize);
-                }
-                for i in order {
-                    let k = key_of(i);
-                    db.put(&make_key(k, 8), &make_value(k, 0, vl))?;
-                    p.add(1, entry);
-                }
-                Ok(())
-            })?;
-            db.flush()?;
-            Ok(Outcome {
-                ops: n,
-                user_bytes: data,
-                written_bytes: data,
-                ..Outcome::default()
-            })
-        },
+        |db, p| put_every_key(db, p, cfg, 0),
     );
     ctx.flush_and_measure_space(data)?;
     overwrite_phases(ctx, cfg, dev)?;
@@ -196,6 +172,40 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
     child
 }
 
+/// Puts every key once (value `version`), each thread its share in its
+/// own random order, then flushes: the write and overwrite phases.
+fn put_every_key(
+    db: &Arc<dyn Engine>,
+    p: &Arc<Progress>,
+    cfg: &Config,
+    version: u32,
+) -> BenchResult<Outcome> {
+    let n = cfg.keys.max(1);
+    let threads = cfg.threads.max(1);
+    let entry = (8 + cfg.value_len) as u64;
+    parallel(threads, |t| {
+        let seed = cfg.seed + 500 * u64::from(version) + t as u64;
+        let mut rng = Rng::new(seed);
+        let mut order: Vec<u64> = (t as u64..n).step_by(threads).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        for i in order {
+            let k = key_of(i);
+            db.put(&make_key(k, 8), &make_value(k, version, cfg.value_len))?;
+            p.add(1, entry);
+        }
+        Ok(())
+    })?;
+    db.flush()?;
+    Ok(Outcome {
+        ops: n,
+        user_bytes: n * entry,
+        written_bytes: n * entry,
+        ..Outcome::default()
+    })
+}
+
 /// Overwrites every key once more (new values of the same size, each
 /// thread in its own random order), then settles the data with a full
 /// compaction. Rows: `overwrite` (write amplification of the overwrite
@@ -203,37 +213,13 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
 /// `settle` (device bytes the compaction and value GC wrote per live
 /// byte; space amplification after them).
 fn overwrite_phases(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
-    let n = cfg.keys.max(1);
-    let threads = cfg.threads.max(1) as u64;
-    let vl = cfg.value_len;
-    let data = n * (8 + vl) as u64;
+    let data = cfg.keys.max(1) * (8 + cfg.value_len) as u64;
     ctx.phase(
         "contest",
         "overwrite",
         "MB/s",
         Some(("seq write".into(), dev.seq_write / 1e6)),
-        |db, p| {
-            parallel(threads as usize, |t| {
-                let mut rng = Rng::new(cfg.seed + 500 + t as u64);
-                let mut order: Vec<u64> = (t as u64..n).step_by(threads as usize).collect();
-                for i in (1..order.len()).rev() {
-                    order.swap(i, rng.below(i as u64 + 1) as usize);
-                }
-                for i in order {
-                    let k = key_of(i);
-                    db.put(&make_key(k, 8), &make_value(k, 1, vl))?;
-                    p.add(1, (8 + vl) as u64);
-                }
-                Ok(())
-            })?;
-            db.flush()?;
-            Ok(Outcome {
-                ops: n,
-                user_bytes: data,
-                written_bytes: data,
-                ..Outcome::default()
-            })
-        },
+        |db, p| put_every_key(db, p, cfg, 1),
     );
     ctx.flush_and_measure_space(data)?;
     ctx.phase("contest", "settle", "MB/s", None, |db, _| {
