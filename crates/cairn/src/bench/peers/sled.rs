@@ -13,6 +13,11 @@
 //! true)` applies the batch atomically (`apply_batch`) and then calls
 //! `Db::flush()`, which makes it and everything before it durable;
 //! `flush()` does the same.
+//!
+//! Reopening: sled's flusher thread holds its own reference to the
+//! database and with it the directory's file lock, so the lock can outlive
+//! the dropped `Db` by a moment (CI saw `could not acquire lock ...
+//! WouldBlock` on a reopen). `open` retries that one error for up to 5 s.
 
 use crate::bench::BenchResult;
 use crate::bench::engine::{BatchOp, Engine, EngineConfig, visit};
@@ -24,11 +29,23 @@ pub struct SledEngine {
 
 impl SledEngine {
     pub fn open(dir: &Path, cfg: &EngineConfig) -> BenchResult<Self> {
-        let db = ::sled::Config::new()
-            .path(dir)
-            .cache_capacity(cfg.cache_bytes as u64)
-            .open()?;
-        Ok(SledEngine { db })
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let opened = ::sled::Config::new()
+                .path(dir)
+                .cache_capacity(cfg.cache_bytes as u64)
+                .open();
+            match opened {
+                Ok(db) => return Ok(SledEngine { db }),
+                Err(::sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 }
 
