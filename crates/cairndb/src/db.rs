@@ -96,6 +96,7 @@ pub(crate) struct Counters {
     pub compactions: AtomicU64,
     pub stall_micros: AtomicU64,
     pub slowdown_micros: AtomicU64,
+    pub prewrites: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -236,7 +237,8 @@ impl Inner {
         let mut journal = self.journal.lock();
         let synced = match journal.file.take() {
             Some(mut f) if !journal.poisoned => f
-                .sync()
+                .trim()
+                .and_then(|()| f.sync())
                 .map_err(|e| Error::io("syncing the journal on close", e)),
             _ => Ok(()),
         };
@@ -477,6 +479,7 @@ impl Db {
             compactions: inner.counters.compactions.load(Ordering::Relaxed),
             stall_micros: inner.counters.stall_micros.load(Ordering::Relaxed),
             slowdown_micros: inner.counters.slowdown_micros.load(Ordering::Relaxed),
+            journal_prewrites: inner.counters.prewrites.load(Ordering::Relaxed),
             write_error: bg.error.as_ref().map(Error::to_string),
             background_paused: bg.paused.as_ref().map(Error::to_string),
             pinned: inner.pins.count(),
@@ -519,6 +522,9 @@ pub struct Stats {
     pub stall_micros: u64,
     /// Time writers were delayed by pacing before a stop.
     pub slowdown_micros: u64,
+    /// Times a synced commit pre-wrote the journal ahead of itself
+    /// (`Options::journal_prewrite`).
+    pub journal_prewrites: u64,
     /// The failure that stopped writes (`Some` once the handle refuses
     /// writes), as text.
     pub write_error: Option<String>,

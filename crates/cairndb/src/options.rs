@@ -62,6 +62,14 @@ pub struct Options {
     /// advice (only the value's pages are read), so data that fits in
     /// memory is served from memory.
     pub direct_value_reads: bool,
+    /// Pre-write the journal ahead of synced commits: a commit that asks
+    /// for sync and would grow the journal first writes zeros some way
+    /// past it (64 times the group's bytes, 16 KiB to 4 MiB) and syncs
+    /// them once, so the commits after it overwrite allocated blocks and
+    /// their fdatasync flushes data alone, not the file system's journal
+    /// too (docs/architecture.md §Journal pre-writing). Unsynced writes
+    /// never pre-write, so bulk loads write each byte once. Default true.
+    pub journal_prewrite: bool,
     /// Run compactions in a background thread (default true). When false,
     /// only `Db::compact` compacts: for tests that want a fixed shape.
     pub background_compaction: bool,
@@ -132,6 +140,7 @@ impl Options {
             value_separation_min: VALUE_SEPARATION_MIN_DEFAULT,
             value_gc_live_ratio: 0.5,
             direct_value_reads: false,
+            journal_prewrite: true,
             background_compaction: true,
             sabotage: Sabotage::default(),
         }

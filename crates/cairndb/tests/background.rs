@@ -47,6 +47,15 @@ impl FileWrite for CountingWrite {
     fn len(&self) -> u64 {
         self.inner.len()
     }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn prewrite(&mut self, up_to: u64) -> io::Result<()> {
+        self.inner.prewrite(up_to)
+    }
+    fn trim(&mut self) -> io::Result<()> {
+        self.inner.trim()
+    }
 }
 
 impl Fs for Probe {

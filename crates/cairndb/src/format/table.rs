@@ -1467,6 +1467,15 @@ mod tests {
             fn len(&self) -> u64 {
                 0
             }
+            fn size(&self) -> u64 {
+                0
+            }
+            fn prewrite(&mut self, _: u64) -> std::io::Result<()> {
+                Err(std::io::Error::other("disk full"))
+            }
+            fn trim(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
         }
         let mut w = TableWriter::new(
             Box::new(Failing),

@@ -13,8 +13,10 @@
 //! - [`Crash::Torn`]: a prefix of the pending namespace operations
 //!   survives (the file system journals metadata in order); each file's
 //!   unsynced bytes persist up to a random size, and every 4 KiB page of
-//!   them is kept, lost (zeros), or damaged per 512-byte sector (a left or
-//!   right part written, garbage, zeros). Bytes already durable are never
+//!   them is kept, lost (the device keeps what it held: zeros past the old
+//!   size, the old bytes where an append overwrote pre-written ones), or
+//!   damaged per 512-byte sector (a left or right part written, garbage,
+//!   old bytes). Pages not written since their last sync are never
 //!   damaged by a crash (see docs/durability.md §Assumptions).
 //! - [`Crash::All`]: everything pending survives.
 //!
@@ -57,6 +59,8 @@ pub enum OpKind {
     Read,
     Append,
     Sync,
+    /// Cutting a file's pre-written tail off (`FileWrite::trim`).
+    Truncate,
     Rename,
     Remove,
     List,
@@ -75,6 +79,7 @@ impl OpKind {
                 | OpKind::Create
                 | OpKind::Append
                 | OpKind::Sync
+                | OpKind::Truncate
                 | OpKind::Rename
                 | OpKind::Remove
                 | OpKind::SyncDir
@@ -160,22 +165,59 @@ struct NodeData {
     durable: Vec<u8>,
     /// Ranges dropped by a failed fsync: never written to the device.
     lost: Vec<Range<usize>>,
+    /// Bytes below the durable size written since the last sync (appends
+    /// over pre-written bytes), from the lowest to the highest, if any.
+    rewritten: Option<Range<usize>>,
 }
 
 impl NodeData {
+    /// A file whose device image is `bytes`, nothing pending.
+    fn settled(bytes: Vec<u8>) -> NodeData {
+        NodeData {
+            live: bytes.clone(),
+            durable: bytes,
+            ..NodeData::default()
+        }
+    }
+
+    /// Where the bytes not yet synced begin: the durable size, or lower
+    /// where an append overwrote durable (pre-written) bytes.
+    fn dirty_from(&self) -> usize {
+        let end = self.durable.len();
+        self.rewritten.as_ref().map_or(end, |r| r.start.min(end))
+    }
+
+    /// Where the bytes not yet synced end in an image of `len` bytes: its
+    /// end if the file grows, else the end of what appends overwrote.
+    fn dirty_end(&self, len: usize) -> usize {
+        if len > self.durable.len() {
+            len
+        } else {
+            self.rewritten.as_ref().map_or(0, |r| r.end.min(len))
+        }
+    }
+
+    /// What the device held at `range` before the pending writes: its
+    /// durable bytes, zeros past the durable size.
+    fn restore_old(&self, image: &mut [u8], range: Range<usize>) {
+        for i in range {
+            image[i] = self.durable.get(i).copied().unwrap_or(0);
+        }
+    }
+
     /// The device image after a successful sync: the durable bytes as they
-    /// are (a sync writes only what is dirty, so earlier damage stays),
-    /// then the live bytes past them, with ranges a failed fsync dropped
-    /// reading as zeros.
+    /// are up to the first dirty byte (a sync writes only what is dirty, so
+    /// earlier damage stays), then the live bytes, except that ranges a
+    /// failed fsync dropped keep what the device held before.
     fn synced(&self) -> Vec<u8> {
         let mut image = self.live.clone();
         for r in &self.lost {
             let end = r.end.min(image.len());
             if r.start < end {
-                image[r.start..end].fill(0);
+                self.restore_old(&mut image, r.start..end);
             }
         }
-        let keep = self.durable.len().min(image.len());
+        let keep = self.dirty_from().min(image.len());
         image[..keep].copy_from_slice(&self.durable[..keep]);
         image
     }
@@ -362,11 +404,7 @@ impl MemFs {
                     Crash::Torn => torn_image(&data, &mut rng),
                 };
                 let node = Arc::new(Node {
-                    data: Mutex::new(NodeData {
-                        live: bytes.clone(),
-                        durable: bytes,
-                        lost: Vec::new(),
-                    }),
+                    data: Mutex::new(NodeData::settled(bytes)),
                 });
                 out_state.live.insert(path.clone(), node.clone());
                 out_state.durable.insert(path, node);
@@ -387,11 +425,7 @@ impl MemFs {
             for (path, node) in &state.live {
                 let bytes = node.data.lock().live.clone();
                 let node = Arc::new(Node {
-                    data: Mutex::new(NodeData {
-                        live: bytes.clone(),
-                        durable: bytes,
-                        lost: Vec::new(),
-                    }),
+                    data: Mutex::new(NodeData::settled(bytes)),
                 });
                 out_state.live.insert(path.clone(), node.clone());
                 out_state.durable.insert(path.clone(), node);
@@ -500,35 +534,42 @@ impl MemFs {
     }
 }
 
-/// The device image of a file after a torn power cut: the durable bytes,
-/// then unsynced bytes persisted up to a random length, each 4 KiB page of
-/// them kept, zeroed or damaged per sector. Durable bytes are not touched.
+/// The device image of a file after a torn power cut: the durable bytes
+/// up to the first dirty one, then pending bytes persisted up to a random
+/// size, each 4 KiB page of them kept, left as the device held it before
+/// (zeros past the old size), or damaged per sector. Pages not written
+/// since the last sync are not touched.
 fn torn_image(data: &NodeData, rng: &mut u64) -> Vec<u8> {
     let target = data.synced();
-    let durable_len = data.durable.len();
-    if target.len() <= durable_len {
+    let from = data.dirty_from();
+    let old_len = data.durable.len();
+    if target.len() <= from && target.len() == old_len {
         return data.durable.clone();
     }
-    // The device keeps its durable prefix (which differs from the live
-    // bytes only after a misdirected write); past it, the pending bytes.
     let mut image = target;
-    image[..durable_len].copy_from_slice(&data.durable);
-    // Persisted size: often the full size (size updates are journaled
-    // promptly), otherwise anywhere from the durable size up.
-    if below(rng, 3) == 0 {
-        let len = durable_len + below(rng, (image.len() - durable_len) as u64 + 1) as usize;
-        image.truncate(len);
+    // Persisted size: often the new size (size updates are journaled
+    // promptly), otherwise anywhere from the old size up, or the old size
+    // where the file shrank.
+    if below(rng, 3) == 0 && image.len() != old_len {
+        if image.len() > old_len {
+            let len = old_len + below(rng, (image.len() - old_len) as u64 + 1) as usize;
+            image.truncate(len);
+        } else {
+            let cut = image.len();
+            image.extend_from_slice(&data.durable[cut..]);
+        }
     }
     let len = image.len();
-    let mut page = durable_len / PAGE;
-    while page * PAGE < len {
-        let start = (page * PAGE).max(durable_len);
+    let dirty_end = data.dirty_end(len);
+    let mut page = from / PAGE;
+    while page * PAGE < dirty_end {
+        let start = (page * PAGE).max(from);
         let end = ((page + 1) * PAGE).min(len);
-        // Per page: kept (new bytes), lost (zeros), or damaged by sector.
+        // Per page: kept (new bytes), lost (old bytes), or damaged by sector.
         match below(rng, 8) {
             0..=3 => {}
-            4 => image[start..end].fill(0),
-            _ => damage_sectors(&mut image[..end], start, page * PAGE, rng),
+            4 => data.restore_old(&mut image, start..end),
+            _ => damage_sectors(data, &mut image[..end], start, page * PAGE, rng),
         }
         page += 1;
     }
@@ -536,9 +577,15 @@ fn torn_image(data: &NodeData, rng: &mut u64) -> Vec<u8> {
 }
 
 /// Damages the sectors of the page starting at `page_start`, only at
-/// offsets from `from` on: a left part written and the rest zero, a right
-/// part written, garbage sectors, or zeros.
-fn damage_sectors(image: &mut [u8], from: usize, page_start: usize, rng: &mut u64) {
+/// offsets from `from` on: a left part written and the rest as the device
+/// held it before, a right part written, garbage sectors, or old bytes.
+fn damage_sectors(
+    data: &NodeData,
+    image: &mut [u8],
+    from: usize,
+    page_start: usize,
+    rng: &mut u64,
+) {
     let end = image.len();
     let sectors = PAGE / SECTOR;
     let split = page_start + SECTOR * (1 + below(rng, sectors as u64 - 1) as usize);
@@ -552,16 +599,16 @@ fn damage_sectors(image: &mut [u8], from: usize, page_start: usize, rng: &mut u6
         let sector_start = page_start + s * SECTOR;
         match mode {
             // Left part written: sectors from `split` on never made it.
-            0 if sector_start >= split => image[lo..hi].fill(0),
+            0 if sector_start >= split => data.restore_old(image, lo..hi),
             // Right part written: sectors before `split` never made it.
-            1 if sector_start < split => image[lo..hi].fill(0),
+            1 if sector_start < split => data.restore_old(image, lo..hi),
             // Garbage in one sector out of two.
             2 if s % 2 == 0 => {
                 for b in &mut image[lo..hi] {
                     *b = next_random(rng) as u8;
                 }
             }
-            3 => image[lo..hi].fill(0),
+            3 => data.restore_old(image, lo..hi),
             _ => {}
         }
     }
@@ -571,19 +618,47 @@ struct MemWrite {
     fs: MemFs,
     path: PathBuf,
     node: Arc<Node>,
+    /// Append position.
+    pos: usize,
+}
+
+impl MemWrite {
+    /// Writes `data` at `at` (over live bytes, or extending the file); a
+    /// failed write may leave a prefix of it.
+    fn write_at(&mut self, at: usize, data: &[u8]) -> io::Result<()> {
+        let fault = self.fs.begin(OpKind::Append, &self.path);
+        let keep = match fault {
+            Some((FaultKind::Eio | FaultKind::Enospc, word)) => {
+                below(&mut { word }, data.len() as u64 + 1) as usize
+            }
+            _ => data.len(),
+        };
+        let mut d = self.node.data.lock();
+        if at < d.durable.len() && keep > 0 {
+            let r = at..at + keep;
+            d.rewritten = Some(match d.rewritten.take() {
+                Some(old) => old.start.min(r.start)..old.end.max(r.end),
+                None => r,
+            });
+        }
+        let end = at + keep;
+        if d.live.len() < end {
+            d.live.resize(end, 0);
+        }
+        d.live[at..end].copy_from_slice(&data[..keep]);
+        drop(d);
+        MemFs::fail(fault)
+    }
 }
 
 impl FileWrite for MemWrite {
     fn append(&mut self, data: &[u8]) -> io::Result<()> {
-        let fault = self.fs.begin(OpKind::Append, &self.path);
-        if let Some((FaultKind::Eio | FaultKind::Enospc, word)) = fault {
-            // A failed write may still have written a prefix.
-            let keep = below(&mut { word }, data.len() as u64 + 1) as usize;
-            self.node.data.lock().live.extend_from_slice(&data[..keep]);
-            return MemFs::fail(fault);
+        let at = self.pos;
+        let r = self.write_at(at, data);
+        if r.is_ok() {
+            self.pos += data.len();
         }
-        self.node.data.lock().live.extend_from_slice(data);
-        Ok(())
+        r
     }
 
     fn sync(&mut self) -> io::Result<()> {
@@ -591,7 +666,7 @@ impl FileWrite for MemWrite {
         let mut d = self.node.data.lock();
         match fault {
             Some((FaultKind::SyncLost, _)) => {
-                let from = d.durable.len();
+                let from = d.dirty_from();
                 let to = d.live.len();
                 if from < to {
                     d.lost.push(from..to);
@@ -600,28 +675,56 @@ impl FileWrite for MemWrite {
             }
             Some((FaultKind::Misdirect, _)) => {
                 let image = d.synced();
-                let from = d.durable.len().min(image.len());
+                let from = d.dirty_from().min(image.len());
                 let dirty = image[from..].to_vec();
                 let mut device = image;
-                device[from..].fill(0);
+                let len = device.len();
+                d.restore_old(&mut device, from..len);
                 let at = from.saturating_sub(PAGE);
                 let n = dirty.len().min(device.len() - at);
                 device[at..at + n].copy_from_slice(&dirty[..n]);
                 d.durable = device;
                 d.lost.clear();
+                d.rewritten = None;
                 Ok(())
             }
             Some((FaultKind::Eio | FaultKind::Enospc, _)) => MemFs::fail(fault),
             _ => {
                 d.durable = d.synced();
                 d.lost.clear();
+                d.rewritten = None;
                 Ok(())
             }
         }
     }
 
     fn len(&self) -> u64 {
+        self.pos as u64
+    }
+
+    fn size(&self) -> u64 {
         self.node.data.lock().live.len() as u64
+    }
+
+    fn prewrite(&mut self, up_to: u64) -> io::Result<()> {
+        let size = self.node.data.lock().live.len();
+        let up_to = usize::try_from(up_to).unwrap_or(usize::MAX);
+        if up_to <= size {
+            return Ok(());
+        }
+        self.write_at(size, &vec![0u8; up_to - size])?;
+        self.sync()
+    }
+
+    fn trim(&mut self) -> io::Result<()> {
+        if self.node.data.lock().live.len() <= self.pos {
+            return Ok(());
+        }
+        let fault = self.fs.begin(OpKind::Truncate, &self.path);
+        MemFs::fail(fault)?;
+        self.node.data.lock().live.truncate(self.pos);
+        // Like the POSIX backend, trimming makes the size durable.
+        self.sync()
     }
 }
 
@@ -685,6 +788,7 @@ impl Fs for MemFs {
             fs: self.clone(),
             path: path.to_path_buf(),
             node,
+            pos: 0,
         }))
     }
 
@@ -787,6 +891,52 @@ mod tests {
         assert_eq!(read(&cut, "/d/b"), None);
         let all = fs.crash_image(Crash::All, 1);
         assert!(read(&all, "/d/b").is_some());
+    }
+
+    /// Appends over pre-written zeros: a crash leaves each page they
+    /// reached new, old (zeros: what the device held) or damaged, never
+    /// touches the bytes before them or the pages after, and never shrinks
+    /// the file.
+    #[test]
+    fn appends_over_prewritten_bytes_tear_to_old_or_new() {
+        let fs = MemFs::new();
+        let path = Path::new("/d/j");
+        let mut f = fs.create(path).expect("create");
+        fs.sync_dir(Path::new("/d")).expect("sync dir");
+        f.append(&[7u8; 100]).expect("append");
+        f.prewrite(12288).expect("prewrite");
+        assert_eq!((f.len(), f.size()), (100, 12288));
+        f.append(&[0xAB; 5000]).expect("append over zeros");
+        assert_eq!((f.len(), f.size()), (5100, 12288));
+        let clean = read(&fs.crash_image(Crash::Clean, 0), "/d/j").expect("clean");
+        assert_eq!(clean.len(), 12288);
+        assert!(
+            clean[100..].iter().all(|&b| b == 0),
+            "clean keeps the zeros"
+        );
+        let all = read(&fs.crash_image(Crash::All, 0), "/d/j").expect("all");
+        assert!(all[100..5100].iter().all(|&b| b == 0xAB));
+        let (mut new_pages, mut old_pages) = (0, 0);
+        for seed in 0..64 {
+            let torn = read(&fs.crash_image(Crash::Torn, seed), "/d/j").expect("torn");
+            assert_eq!(torn.len(), 12288, "seed {seed}: size is durable");
+            assert_eq!(&torn[..100], &[7u8; 100][..], "seed {seed}");
+            // Pages the appends did not reach keep their zeros.
+            assert!(torn[8192..].iter().all(|&b| b == 0), "seed {seed}");
+            new_pages += usize::from(torn[100..4096].iter().all(|&b| b == 0xAB));
+            old_pages += usize::from(torn[100..4096].iter().all(|&b| b == 0));
+        }
+        assert!(
+            new_pages > 0 && old_pages > 0,
+            "{new_pages} new, {old_pages} old"
+        );
+        // A sync makes the overwrite durable; trim then cuts the zeros.
+        f.sync().expect("sync");
+        let synced = read(&fs.crash_image(Crash::Clean, 0), "/d/j").expect("synced");
+        assert!(synced[100..5100].iter().all(|&b| b == 0xAB));
+        f.trim().expect("trim");
+        let trimmed = read(&fs.crash_image(Crash::Clean, 0), "/d/j").expect("trimmed");
+        assert_eq!(trimmed.len(), 5100);
     }
 
     #[test]

@@ -25,14 +25,31 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// An append-only file being written.
+/// A file being written from its start, one append after another.
+///
+/// A file may be pre-written ahead of its appends ([`FileWrite::prewrite`]):
+/// zeros are written past the append position and made durable, with the
+/// file's size, so later appends overwrite allocated blocks in place and
+/// their sync flushes data alone. On ext4 an appending `fdatasync` also
+/// commits the new size and allocation to the file system's journal,
+/// about twice the cost of flushing the data (docs/benchmarks.md).
 pub trait FileWrite: Send {
-    /// Appends `data` at the end of the file.
+    /// Writes `data` at the append position (`len()`) and moves it on,
+    /// over pre-written zeros where there are any.
     fn append(&mut self, data: &[u8]) -> io::Result<()>;
     /// Makes every appended byte durable (fdatasync).
     fn sync(&mut self) -> io::Result<()>;
-    /// Bytes appended so far (including any present when opened).
+    /// Bytes appended so far (the append position).
     fn len(&self) -> u64;
+    /// Size of the file: `len()`, or more where zeros were pre-written.
+    fn size(&self) -> u64;
+    /// Writes zeros from `size()` to `up_to` and makes them and the size
+    /// durable (appended bytes before them too). The append position
+    /// stays. Nothing to do if `up_to <= size()`.
+    fn prewrite(&mut self, up_to: u64) -> io::Result<()>;
+    /// Cuts pre-written zeros past `len()` off and makes the new size
+    /// durable. Nothing to do if `size() == len()`.
+    fn trim(&mut self) -> io::Result<()>;
     /// True if nothing has been appended.
     fn is_empty(&self) -> bool {
         self.len() == 0

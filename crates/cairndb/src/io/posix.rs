@@ -3,7 +3,7 @@
 
 use super::{DirLock, FileRead, FileWrite, Fs};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -14,13 +14,20 @@ pub struct PosixFs;
 
 struct PosixWrite {
     file: File,
+    /// Append position.
     len: u64,
+    /// File size: `len`, or more after `prewrite`.
+    size: u64,
 }
+
+/// Zeros written per `pwrite` while pre-writing.
+const ZEROS: usize = 1 << 20;
 
 impl FileWrite for PosixWrite {
     fn append(&mut self, data: &[u8]) -> io::Result<()> {
-        self.file.write_all(data)?;
+        self.file.write_all_at(data, self.len)?;
         self.len += data.len() as u64;
+        self.size = self.size.max(self.len);
         Ok(())
     }
     fn sync(&mut self) -> io::Result<()> {
@@ -28,6 +35,32 @@ impl FileWrite for PosixWrite {
     }
     fn len(&self) -> u64 {
         self.len
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn prewrite(&mut self, up_to: u64) -> io::Result<()> {
+        if up_to <= self.size {
+            return Ok(());
+        }
+        let zeros = vec![0u8; ZEROS];
+        let mut at = self.size;
+        while at < up_to {
+            let n = (up_to - at).min(ZEROS as u64) as usize;
+            self.file.write_all_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
+        self.size = up_to;
+        self.file.sync_data()
+    }
+    fn trim(&mut self) -> io::Result<()> {
+        if self.size > self.len {
+            self.file.set_len(self.len)?;
+            self.size = self.len;
+            // fsync, not fdatasync: a smaller size must reach the device.
+            self.file.sync_all()?;
+        }
+        Ok(())
     }
 }
 
@@ -99,7 +132,11 @@ impl Fs for PosixFs {
             .create(true)
             .truncate(true)
             .open(path)?;
-        Ok(Box::new(PosixWrite { file, len: 0 }))
+        Ok(Box::new(PosixWrite {
+            file,
+            len: 0,
+            size: 0,
+        }))
     }
     fn open(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
         let file = File::open(path)?;

@@ -57,6 +57,14 @@ pub(crate) struct Pending {
 const PACE_MAX: Duration = Duration::from_millis(4);
 /// Longest single wait of a stalled writer before it re-checks state.
 const STALL_WAIT: Duration = Duration::from_millis(10);
+/// A synced commit that grows the journal pre-writes this many times its
+/// own bytes ahead (`Options::journal_prewrite`), within
+/// `PREWRITE_MIN..=PREWRITE_MAX`: one extra sync with a size change per
+/// ~64 synced groups, and for a lone synced write among unsynced ones at
+/// most 64 times its bytes of zeros.
+const PREWRITE_GROUPS: u64 = 64;
+const PREWRITE_MIN: u64 = 16 << 10;
+const PREWRITE_MAX: u64 = 4 << 20;
 
 fn dup(r: &Result<()>) -> Result<()> {
     match r {
@@ -231,6 +239,22 @@ impl Inner {
             return Err(Error::Closed);
         };
         let base = file.len();
+        let sync = group.iter().any(|p| p.sync) && !self.opts.sabotage.skip_journal_sync;
+        if sync && self.opts.journal_prewrite && !buf.is_empty() {
+            let need = base + buf.len() as u64;
+            if need > file.size() {
+                let ahead = (buf.len() as u64 * PREWRITE_GROUPS).clamp(PREWRITE_MIN, PREWRITE_MAX);
+                let up_to = (need + ahead).min(self.opts.journal_bytes.max(need));
+                // Its sync covers the appends before it: a failure leaves
+                // their durability unknown, as a failed journal sync does.
+                if let Err(e) = file.prewrite(up_to.next_multiple_of(PREWRITE_MIN)) {
+                    journal.poisoned = true;
+                    self.poison("journal pre-write", &e);
+                    return Err(Error::io("pre-writing the journal", e));
+                }
+                self.counters.prewrites.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         if !buf.is_empty()
             && let Err(e) = file.append(&buf)
         {
@@ -238,15 +262,12 @@ impl Inner {
             self.poison("journal append", &e);
             return Err(Error::io("appending to the journal", e));
         }
-        if group.iter().any(|p| p.sync)
-            && !self.opts.sabotage.skip_journal_sync
-            && let Err(e) = file.sync()
-        {
+        if sync && let Err(e) = file.sync() {
             journal.poisoned = true;
             self.poison("journal sync", &e);
             return Err(Error::io("syncing the journal", e));
         }
-        if group.iter().any(|p| p.sync) && !self.opts.sabotage.skip_journal_sync {
+        if sync {
             journal.synced_seqno = next - 1;
         }
         let mem = self.state.read().mem.clone();
@@ -360,7 +381,9 @@ impl Inner {
         let Some(file) = journal.file.as_mut() else {
             return Err(Error::Closed);
         };
-        if let Err(e) = file.sync() {
+        // Pre-written zeros are cut off first: only the newest journal may
+        // end in anything but an intact record (recovery's torn-tail rule).
+        if let Err(e) = file.trim().and_then(|()| file.sync()) {
             journal.poisoned = true;
             self.poison("journal sync", &e);
             return Err(Error::io("syncing the journal", e));

@@ -52,6 +52,9 @@ pub struct Plan {
     /// `Options::value_gc_live_ratio`: 1.0 moves every separated value a
     /// compaction meets, 0.0 never moves one.
     pub value_gc_live_ratio: f64,
+    /// `Options::journal_prewrite`: on in most plans, so appends overwrite
+    /// pre-written blocks; off in some, so journals only grow.
+    pub journal_prewrite: bool,
 }
 
 pub fn plan(seed: u64) -> Plan {
@@ -97,6 +100,7 @@ pub fn plan(seed: u64) -> Plan {
             1 => 0.0,
             _ => 0.5,
         },
+        journal_prewrite: seed % 6 != 5,
     }
 }
 
@@ -152,6 +156,7 @@ pub fn options(plan: &Plan, fs: &MemFs, sabotage: Sabotage) -> Options {
         value_separation_min: plan.value_separation_min,
         journal_bytes: plan.journal_bytes,
         value_gc_live_ratio: plan.value_gc_live_ratio,
+        journal_prewrite: plan.journal_prewrite,
         sabotage,
         ..Options::default()
     }
