@@ -18,8 +18,11 @@
 //!    `seq_read_1m`).
 //! 4. Uniform random reads: 4 KiB at `threads` threads (`rand_read_4k`) and at
 //!    64 threads (`rand_read_4k_qd`), 16/64/128 KiB at `threads` threads.
-//! 5. 4 KiB append + fdatasync, buffered (`fdatasync_per_sec`, the way the
-//!    engine's WAL writes today) and direct.
+//! 5. 4 KiB append + fdatasync, buffered (`fdatasync_per_sec`: each sync
+//!    also commits the grown size to the file system's journal) and direct;
+//!    then 4 KiB buffered writes over a pre-written file + fdatasync
+//!    (`fdatasync_overwrite_per_sec`: data alone, as the engine's journal
+//!    syncs after pre-writing, `Options::journal_prewrite`).
 //! 6. fio, when installed, over the same probe file as a cross-check.
 //!
 //! Each timed point runs `secs_per_point`; the writing points end with an
@@ -94,6 +97,9 @@ pub struct DeviceLimits {
     pub seq_read_1m: f64,
     /// fdatasync calls per second, each after a 4 KiB buffered append.
     pub fdatasync_per_sec: f64,
+    /// fdatasync calls per second, each after a 4 KiB buffered write over
+    /// a pre-written, synced file (no size or allocation to commit).
+    pub fdatasync_overwrite_per_sec: f64,
     /// Every probe point: (name, block bytes, threads/depth, bytes/s).
     pub points: Vec<(String, usize, usize, f64)>,
     /// fio's figures for the same probes, where fio is installed: (name, bytes/s).
@@ -234,8 +240,8 @@ pub fn probe(dir: &Path, opts: &ProbeOptions) -> BenchResult<DeviceLimits> {
     // probe file is deleted: on a `discard` mount the journal commit after a
     // large unlink may carry its discards into the first fdatasyncs.
     let sync = files.path("sync");
-    let syncs =
-        sync_rate(&sync, false, secs, SYNC_MAX_BYTES.min(len)).map_err(ctx("fdatasync probe"))?;
+    let syncs = sync_rate(&sync, false, false, secs, SYNC_MAX_BYTES.min(len))
+        .map_err(ctx("fdatasync probe"))?;
     files.remove(&sync);
     settle(dir);
     out.fdatasync_per_sec = syncs;
@@ -246,7 +252,7 @@ pub fn probe(dir: &Path, opts: &ProbeOptions) -> BenchResult<DeviceLimits> {
         syncs * SYNC_BLOCK as f64,
     );
     if direct {
-        let syncs = sync_rate(&sync, true, secs, SYNC_MAX_BYTES.min(len))
+        let syncs = sync_rate(&sync, true, false, secs, SYNC_MAX_BYTES.min(len))
             .map_err(ctx("fdatasync probe"))?;
         files.remove(&sync);
         out.push(
@@ -256,6 +262,17 @@ pub fn probe(dir: &Path, opts: &ProbeOptions) -> BenchResult<DeviceLimits> {
             syncs * SYNC_BLOCK as f64,
         );
     }
+    let syncs = sync_rate(&sync, false, true, secs, SYNC_MAX_BYTES.min(len))
+        .map_err(ctx("fdatasync probe"))?;
+    files.remove(&sync);
+    settle(dir);
+    out.fdatasync_overwrite_per_sec = syncs;
+    out.push(
+        "overwrite+fdatasync buffered",
+        SYNC_BLOCK,
+        1,
+        syncs * SYNC_BLOCK as f64,
+    );
 
     // 6. fio cross-check, over the probe file.
     match run_fio(&main, len, direct, threads, secs) {
@@ -334,6 +351,10 @@ pub fn print(limits: &DeviceLimits) {
     println!(
         "  {:<18} {:>10.0} /s    (append+fdatasync buffered: 4 KiB buffered append, then fdatasync)",
         "fdatasync_per_sec", limits.fdatasync_per_sec
+    );
+    println!(
+        "  {:<18} {:>10.0} /s    (overwrite+fdatasync buffered: 4 KiB over a pre-written file, then fdatasync)",
+        "fdatasync_overwrite", limits.fdatasync_overwrite_per_sec
     );
     if let Some(f) = limits.best("write-fallocated") {
         println!(
@@ -636,10 +657,27 @@ fn rand_reads(file: &File, len: u64, block: usize, threads: usize, secs: f64) ->
     run_timed(threads, secs, work, || Ok(()))
 }
 
-/// 4 KiB appends to a new file, each followed by fdatasync, for `secs` (or
-/// until `max_bytes`); returns fdatasyncs per second.
-fn sync_rate(path: &Path, direct: bool, secs: f64, max_bytes: u64) -> io::Result<f64> {
+/// 4 KiB writes to a new file, each followed by fdatasync, for `secs` (or
+/// until `max_bytes`); returns fdatasyncs per second. With `overwrite` the
+/// file is first written to `max_bytes` and synced (untimed), so the timed
+/// writes land on allocated blocks inside the file's size.
+fn sync_rate(
+    path: &Path,
+    direct: bool,
+    overwrite: bool,
+    secs: f64,
+    max_bytes: u64,
+) -> io::Result<f64> {
     let file = open(path, direct, true)?;
+    if overwrite {
+        let fill = AlignedBuf::new(MIB, 5)?;
+        let mut at = 0;
+        while at < max_bytes {
+            file.write_all_at(fill.as_slice(), at)?;
+            at += MIB as u64;
+        }
+        file.sync_all()?;
+    }
     let buf = AlignedBuf::new(SYNC_BLOCK, 3)?;
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(secs);
@@ -760,6 +798,10 @@ mod tests {
             ("rand_read_4k_qd", limits.rand_read_4k_qd),
             ("seq_read_1m", limits.seq_read_1m),
             ("fdatasync_per_sec", limits.fdatasync_per_sec),
+            (
+                "fdatasync_overwrite_per_sec",
+                limits.fdatasync_overwrite_per_sec,
+            ),
         ] {
             assert!(v > 0.0, "{name} = {v}");
         }

@@ -104,12 +104,16 @@ pub trait Engine: Send + Sync {
 ///   policy: no value is ever moved, a segment is freed when all its
 ///   values are dead (the control for value GC);
 /// - `cairndb-direct`: `direct_value_reads = true`, flushed values read
-///   with direct IO instead of through the page cache.
+///   with direct IO instead of through the page cache;
+/// - `cairndb-append`: `journal_prewrite = false`, every synced commit
+///   appends (grows the journal) instead of overwriting pre-written
+///   blocks (the control for journal pre-writing).
 pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb",
     "cairndb-inline",
     "cairndb-nogc",
     "cairndb-direct",
+    "cairndb-append",
 ];
 
 /// Overrides the separation threshold of every CairnDB variant that
@@ -156,6 +160,7 @@ pub fn cairn_options(
         "cairndb-inline" => opts.value_separation_min = usize::MAX,
         "cairndb-nogc" => opts.value_gc_live_ratio = 0.0,
         "cairndb-direct" => opts.direct_value_reads = true,
+        "cairndb-append" => opts.journal_prewrite = false,
         _ => return None,
     }
     Some(opts)

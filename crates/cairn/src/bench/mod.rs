@@ -121,8 +121,9 @@ pub struct BenchArgs {
     pub workloads: Option<Vec<String>>,
     /// Engines to run side by side, comma-separated: cairndb, its
     /// controls cairndb-inline (no key-value separation), cairndb-nogc
-    /// (value GC's null policy) and cairndb-direct (flushed values read
-    /// with direct IO), and the peers rocksdb, lmdb, fjall, redb,
+    /// (value GC's null policy), cairndb-direct (flushed values read
+    /// with direct IO) and cairndb-append (no journal pre-writing), and
+    /// the peers rocksdb, lmdb, fjall, redb,
     /// sled (each needs its cargo feature).
     #[arg(long, value_delimiter = ',', default_value = "cairndb")]
     pub engines: Vec<String>,

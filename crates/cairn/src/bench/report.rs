@@ -7,7 +7,8 @@
 //!   RSS, stalls, CPU cores other processes took meanwhile, latency,
 //!   OK/FAIL/SKIP and a note.
 //!   Where CairnDB ran beside its controls (`cairndb-inline`,
-//!   `cairndb-nogc`, `cairndb-direct`), a block below the table gives cairndb's rate over
+//!   `cairndb-nogc`, `cairndb-direct`, `cairndb-append`), a block below the
+//!   table gives cairndb's rate over
 //!   each control's, per workload/phase.
 //! - `write_jsonl`: the same as JSON lines, appended to a file, for
 //!   comparing runs.
@@ -145,7 +146,7 @@ fn norm(name: &str) -> String {
 /// The device block of the summary.
 fn device_block(device: &DeviceLimits) -> String {
     // (field name used to match fio entries, label, value, unit kind, block)
-    let limits: [(&str, &str, f64, bool, Option<usize>); 6] = [
+    let limits: [(&str, &str, f64, bool, Option<usize>); 7] = [
         (
             "seq_write",
             "seq write, pre-written file",
@@ -185,6 +186,13 @@ fn device_block(device: &DeviceLimits) -> String {
             "fdatasync_per_sec",
             "fdatasync after small append",
             device.fdatasync_per_sec,
+            false,
+            None,
+        ),
+        (
+            "fdatasync_overwrite_per_sec",
+            "fdatasync after small overwrite",
+            device.fdatasync_overwrite_per_sec,
             false,
             None,
         ),
@@ -242,6 +250,7 @@ fn device_block(device: &DeviceLimits) -> String {
         "rand_read_4k_qd",
         "seq_read_1m",
         "fdatasync_per_sec",
+        "fdatasync_overwrite_per_sec",
         "fdatasync",
     ];
     for (name, v) in &device.fio {
@@ -535,6 +544,7 @@ fn device_json(device: &DeviceLimits, ts: u64) -> serde_json::Value {
         "rand_read_4k_qd": device.rand_read_4k_qd,
         "seq_read_1m": device.seq_read_1m,
         "fdatasync_per_sec": device.fdatasync_per_sec,
+        "fdatasync_overwrite_per_sec": device.fdatasync_overwrite_per_sec,
         "points": device.points.iter().map(|(name, block, depth, bps)| serde_json::json!({
             "name": name, "block": block, "depth": depth, "bytes_per_sec": bps,
         })).collect::<Vec<_>>(),
@@ -961,6 +971,7 @@ mod tests {
             rand_read_4k_qd: 410e6,
             seq_read_1m: 1_250e6,
             fdatasync_per_sec: 2_345.0,
+            fdatasync_overwrite_per_sec: 4_690.0,
             points: vec![
                 ("seq_write".into(), 1 << 20, 4, 512e6),
                 ("rand_read_4k".into(), 4096, 4, 80e6),
