@@ -120,8 +120,9 @@ pub(crate) struct Inner {
     pub counters: Counters,
     pub _lock: Box<dyn DirLock>,
     pub blocks: Option<Arc<BlockCache>>,
-    /// Reader threads for scans (`read::pool`).
-    pub readers: Arc<crate::read::pool::ReaderPool>,
+    /// Worker threads (`pool.rs`): device reads of scans and value GC,
+    /// memtable inserts of synced groups.
+    pub workers: Arc<crate::pool::WorkerPool>,
 }
 
 impl Inner {
@@ -134,7 +135,7 @@ impl Inner {
             table_seqno_max: s.table_seqno_max,
             tables: self.tables.clone(),
             direct_reads: self.opts.direct_value_reads,
-            readers: self.readers.clone(),
+            workers: self.workers.clone(),
         }
     }
 

@@ -24,6 +24,7 @@
 //! - `memtable/`, `version/`: the in-memory table; live table sets
 //! - `format/`: every on-disk byte (journal, table, manifest)
 //! - `io/`: the `Fs` trait, the POSIX and in-memory backends
+//! - `pool.rs`: worker threads (scan and value GC reads, memtable inserts)
 
 pub mod cache;
 mod compaction;
@@ -37,6 +38,7 @@ pub mod io;
 pub mod limits;
 mod memtable;
 mod options;
+mod pool;
 mod read;
 mod recovery;
 mod sync;

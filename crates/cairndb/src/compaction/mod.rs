@@ -271,7 +271,7 @@ const MOVES_BYTES_MAX: u64 = 8 << 20;
 /// Value GC's moves: each value gets its new place (the current values
 /// file, at the next offset) as soon as the merge meets it, so the table
 /// entry can be written at once; the values themselves are read in
-/// batches on the reader threads (many device reads in flight instead of
+/// batches on the worker threads (many device reads in flight instead of
 /// one) and appended in the order their places were given.
 #[derive(Default)]
 struct Moves {
@@ -329,7 +329,7 @@ impl Moves {
         Ok(moved)
     }
 
-    /// Reads the pending values (on the reader threads) and appends them,
+    /// Reads the pending values (on the worker threads) and appends them,
     /// in order, to the current values file.
     fn drain(&mut self, inner: &Inner) -> Result<()> {
         if self.pending.is_empty() {
@@ -340,7 +340,7 @@ impl Moves {
         let (tx, rx) = crossbeam_channel::unbounded();
         for (i, (seg, ptr)) in pending.iter().enumerate() {
             let (seg, ptr, tx) = (seg.clone(), *ptr, tx.clone());
-            inner.readers.run(move || {
+            inner.workers.run(move || {
                 let _ = tx.send((i, seg.read(&ptr, true)));
             });
         }

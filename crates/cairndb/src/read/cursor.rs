@@ -98,7 +98,7 @@ impl Cursor for MemCursor {
                 return Ok(false);
             };
             let key = match &resume {
-                Bound::Included(k) | Bound::Excluded(k) => Some(IKey(k.clone().into_boxed_slice())),
+                Bound::Included(k) | Bound::Excluded(k) => Some(IKey::from_encoded(k)),
                 Bound::Unbounded => None,
             };
             let bound = match (&resume, &key) {

@@ -8,7 +8,6 @@
 
 pub mod cursor;
 pub mod iter;
-pub mod pool;
 pub mod prefetch;
 
 use crate::cache::BlockCache;
@@ -82,7 +81,7 @@ pub struct ReadView {
     /// `Options::direct_value_reads`.
     pub direct_reads: bool,
     /// Reader threads for values a scan loads from the device.
-    pub readers: Arc<pool::ReaderPool>,
+    pub workers: Arc<crate::pool::WorkerPool>,
 }
 
 impl ReadView {

@@ -7,7 +7,7 @@
 //! [`RUN_GAP_MAX`] read and dropped, a run at most [`RUN_BYTES_MAX`]. Values
 //! written in key order (a sequential load, or values a compaction moved)
 //! become large sequential reads; scattered values become many small reads,
-//! which the database's reader threads (`read::pool`) issue at once, so
+//! which the database's worker threads (`pool.rs`) issue at once, so
 //! the device sees a queue of requests instead of one at a time.
 //!
 //! Runs whose bytes the page cache holds (a journal still written to, or
@@ -136,7 +136,7 @@ impl ReadView {
                 continue;
             };
             let (seg, tx) = (seg.clone(), tx.clone());
-            self.readers.run(move || {
+            self.workers.run(move || {
                 let _ = tx.send(run.read(&seg, direct));
             });
         }

@@ -287,7 +287,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         counters: Counters::default(),
         _lock: lock,
         blocks,
-        readers: Arc::new(crate::read::pool::ReaderPool::new()),
+        workers: Arc::new(crate::pool::WorkerPool::new()),
         opts,
     })
 }

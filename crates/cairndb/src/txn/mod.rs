@@ -62,11 +62,24 @@ impl Validation {
     /// `Ok` if nothing checked changed after the snapshot, in `view` (the
     /// committed state) or in `written` (keys of the group's earlier
     /// members); `Err(Conflict)` naming the first change otherwise.
-    pub(crate) fn run(&self, view: &ReadView, written: &BTreeSet<Vec<u8>>) -> Result<()> {
+    ///
+    /// `committed` is the last committed seqno: when it is not above the
+    /// snapshot, nothing was committed since the transaction began and
+    /// only `written` can conflict (a lone committer's every commit).
+    pub(crate) fn run(
+        &self,
+        view: &ReadView,
+        committed: u64,
+        written: &BTreeSet<Vec<u8>>,
+    ) -> Result<()> {
         let conflict = |what: String| Err(Error::Conflict(what));
+        let changed = committed > self.snapshot;
         for k in &self.keys {
             if written.contains(k) {
                 return conflict(format!("key {k:?} written by a commit in the same group"));
+            }
+            if !changed {
+                continue;
             }
             if let Some(s) = view.newest_seqno_after(k, self.snapshot)? {
                 return conflict(format!(
@@ -82,6 +95,9 @@ impl Validation {
                 .is_some()
             {
                 return conflict("a scanned range written by a commit in the same group".into());
+            }
+            if !changed {
+                continue;
             }
             let it = Iter::new(
                 view.clone(),

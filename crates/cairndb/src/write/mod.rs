@@ -73,7 +73,13 @@ fn dup(r: &Result<()>) -> Result<()> {
     }
 }
 
+/// A synced group with at least this many ops has its memtable inserts
+/// done on a worker thread while the leader waits for the fdatasync;
+/// smaller groups insert faster than the hand-off costs.
+const OFFLOAD_OPS_MIN: u64 = 16;
+
 /// Which values an applied batch separates, and the journal they are in.
+#[derive(Clone, Copy)]
 pub(crate) struct Separate {
     /// `Options::value_separation_min`.
     pub min: usize,
@@ -109,6 +115,41 @@ pub(crate) fn insert_batch(
         seqno += 1;
     }
     Ok(seqno)
+}
+
+/// The memtable inserts of one group: each accepted member's batch as it
+/// lies in the group's journal buffer (or, for the split sabotage, the
+/// caller's copy) with its first seqno.
+struct Inserts {
+    mem: Arc<Memtable>,
+    /// The group's journal records, as appended.
+    buf: Arc<Vec<u8>>,
+    /// Journal offset of `buf`'s first byte.
+    base: u64,
+    separate: Separate,
+    /// (member, where its batch lies in `buf`, its first seqno).
+    items: Vec<(Arc<Pending>, Option<std::ops::Range<usize>>, u64)>,
+}
+
+impl Inserts {
+    /// Inserts every member's ops. Seqnos are not published here: readers
+    /// skip entries above `last_seqno`, so inserting before the sync has
+    /// finished shows nothing early.
+    fn run(&self) -> std::result::Result<(), String> {
+        for (p, at, first) in &self.items {
+            // The batch as written (its seqno set), or for the split
+            // sabotage the caller's copy, with values kept inline.
+            let (rep, place) = match at {
+                Some(r) => (
+                    &self.buf[r.clone()],
+                    Some((self.base + r.start as u64, &self.separate)),
+                ),
+                None => (&p.rep[..], None),
+            };
+            insert_batch(&self.mem, rep, *first, place)?;
+        }
+        Ok(())
+    }
 }
 
 impl Inner {
@@ -160,14 +201,15 @@ impl Inner {
             return vec![true; group.len()];
         }
         // Under the journal lock: no commit is in flight, so the view holds
-        // every committed write.
+        // every committed write, and `last_seqno` is the last of them.
         let view = self.view();
+        let committed = self.last_seqno.load(Ordering::Acquire);
         let mut written: BTreeSet<Vec<u8>> = BTreeSet::new();
         group
             .iter()
             .map(|p| {
                 let verdict = match &p.check {
-                    Some(check) => check.run(&view, &written),
+                    Some(check) => check.run(&view, committed, &written),
                     None => Ok(()),
                 };
                 match verdict {
@@ -262,38 +304,80 @@ impl Inner {
             self.poison("journal append", &e);
             return Err(Error::io("appending to the journal", e));
         }
-        if sync && let Err(e) = file.sync() {
+        let mut seqno = first;
+        let items = live()
+            .zip(placed)
+            .map(|(p, at)| {
+                let item = (p.clone(), at, seqno);
+                seqno += u64::from(p.count);
+                item
+            })
+            .collect();
+        let inserts = Inserts {
+            mem: self.state.read().mem.clone(),
+            buf: Arc::new(buf),
+            base,
+            separate: Separate {
+                min: self.opts.value_separation_min,
+                segment: journal.number,
+            },
+            items,
+        };
+        debug_assert_eq!(seqno, next);
+        // With a sync to wait for, a worker inserts meanwhile (the device's
+        // flush and the memtable's cache misses overlap); nothing is
+        // published before both are done.
+        let inserted = if sync && next - first >= OFFLOAD_OPS_MIN {
+            let inserts = Arc::new(inserts);
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            let job = inserts.clone();
+            self.workers.run(move || {
+                let _ = tx.send(job.run());
+            });
+            let synced = file.sync();
+            // A job that panicked dropped its sender.
+            let inserted = rx
+                .recv()
+                .unwrap_or_else(|_| Err("a memtable insert job panicked".into()));
+            self.synced(journal, synced, next)?;
+            (inserted, inserts)
+        } else {
+            if sync {
+                let synced = file.sync();
+                self.synced(journal, synced, next)?;
+            }
+            (inserts.run(), Arc::new(inserts))
+        };
+        let (inserted, inserts) = inserted;
+        // `WriteBatch` built every batch, so they decode; if one ever did
+        // not, the journal would hold seqnos that were never published.
+        inserted.map_err(|d| {
+            let e = Error::Poisoned(format!("internal: batch does not decode: {d}"));
+            self.set_bg_error(e.duplicate());
+            e
+        })?;
+        for (p, _, first) in &inserts.items {
+            p.assigned
+                .store(first + u64::from(p.count) - 1, Ordering::Release);
+        }
+        self.last_seqno.store(next - 1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Records the outcome of the journal sync that made seqnos below
+    /// `next` durable: raises the durability mark, or poisons the handle.
+    fn synced(
+        &self,
+        journal: &mut crate::db::Journal,
+        synced: std::io::Result<()>,
+        next: u64,
+    ) -> Result<()> {
+        if let Err(e) = synced {
             journal.poisoned = true;
             self.poison("journal sync", &e);
             return Err(Error::io("syncing the journal", e));
         }
-        if sync {
-            journal.synced_seqno = next - 1;
-        }
-        let mem = self.state.read().mem.clone();
-        let separate = Separate {
-            min: self.opts.value_separation_min,
-            segment: journal.number,
-        };
-        let mut seqno = first;
-        for (p, at) in live().zip(placed) {
-            // The batch as written (its seqno set), or for the split
-            // sabotage the caller's copy, with values kept inline.
-            let (rep, place) = match at {
-                Some(r) => (&buf[r.clone()], Some((base + r.start as u64, &separate))),
-                None => (&p.rep[..], None),
-            };
-            // `WriteBatch` built `rep`, so it decodes; if it ever did not,
-            // the journal would hold seqnos that were never published.
-            seqno = insert_batch(&mem, rep, seqno, place).map_err(|d| {
-                let e = Error::Poisoned(format!("internal: batch does not decode: {d}"));
-                self.set_bg_error(e.duplicate());
-                e
-            })?;
-            p.assigned.store(seqno - 1, Ordering::Release);
-        }
-        debug_assert_eq!(seqno, next);
-        self.last_seqno.store(next - 1, Ordering::Release);
+        journal.synced_seqno = next - 1;
         Ok(())
     }
 

@@ -1,25 +1,26 @@
-//! Reader threads for scans, taking jobs from one queue (a crossbeam
-//! channel). `ReadView::load_many` hands them the runs the page cache does
-//! not hold, so a scan keeps many device reads in flight without starting
-//! threads per window. A thread is started when a job finds every thread
-//! busy, up to `READERS_MAX`, so a database that never scans cold data
-//! starts none. The threads end when the pool is dropped (with the
-//! database and its last view): the queue's only sender goes, and their
-//! `recv` fails.
+//! Worker threads of one database, taking jobs from one queue (a
+//! crossbeam channel): device reads of scans (`ReadView::load_many` hands
+//! them the runs the page cache does not hold, so a scan keeps many reads
+//! in flight) and of value GC, and the memtable inserts of a synced group
+//! while its leader waits for the journal's fdatasync. A thread is started
+//! when a job finds every thread busy, up to `WORKERS_MAX`, so a database
+//! that needs none starts none. The threads end when the pool is dropped
+//! (with the database and its last view): the queue's only sender goes,
+//! and their `recv` fails.
 
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Most reader threads of one database.
-pub const READERS_MAX: usize = 32;
-/// Stack of a reader thread: a job reads into heap buffers only.
-const READER_STACK: usize = 256 << 10;
+/// Most worker threads of one database.
+pub const WORKERS_MAX: usize = 32;
+/// Stack of a worker thread: jobs keep their data on the heap.
+const WORKER_STACK: usize = 256 << 10;
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// The reader threads of one database.
-pub struct ReaderPool {
+/// The worker threads of one database.
+pub struct WorkerPool {
     tx: Sender<Job>,
     rx: Receiver<Job>,
     /// Threads started.
@@ -37,10 +38,10 @@ impl Drop for Done {
     }
 }
 
-impl ReaderPool {
+impl WorkerPool {
     pub fn new() -> Self {
         let (tx, rx) = crossbeam_channel::unbounded();
-        ReaderPool {
+        WorkerPool {
             tx,
             rx,
             started: AtomicUsize::new(0),
@@ -48,7 +49,7 @@ impl ReaderPool {
         }
     }
 
-    /// Runs `job` on a reader thread, or here if no thread can be started.
+    /// Runs `job` on a worker thread, or here if no thread can be started.
     pub fn run(&self, job: impl FnOnce() + Send + 'static) {
         let pending = self.pending.fetch_add(1, Ordering::AcqRel) + 1;
         let done = Done(self.pending.clone());
@@ -70,10 +71,10 @@ impl ReaderPool {
         }
     }
 
-    /// Starts one more thread if fewer than `READERS_MAX` run.
+    /// Starts one more thread if fewer than `WORKERS_MAX` run.
     fn grow(&self) {
         let mut n = self.started.load(Ordering::Acquire);
-        while n < READERS_MAX {
+        while n < WORKERS_MAX {
             match self
                 .started
                 .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
@@ -81,8 +82,8 @@ impl ReaderPool {
                 Ok(_) => {
                     let rx = self.rx.clone();
                     let spawned = std::thread::Builder::new()
-                        .name(format!("cairndb-read-{n}"))
-                        .stack_size(READER_STACK)
+                        .name(format!("cairndb-work-{n}"))
+                        .stack_size(WORKER_STACK)
                         .spawn(move || {
                             while let Ok(job) = rx.recv() {
                                 // A job that panicked has dropped its
@@ -102,7 +103,7 @@ impl ReaderPool {
     }
 }
 
-impl Default for ReaderPool {
+impl Default for WorkerPool {
     fn default() -> Self {
         Self::new()
     }
@@ -112,11 +113,11 @@ impl Default for ReaderPool {
 mod tests {
     use super::*;
 
-    /// Jobs from many callers all run, on at most `READERS_MAX` threads,
+    /// Jobs from many callers all run, on at most `WORKERS_MAX` threads,
     /// and a job's panic neither loses the others nor the count.
     #[test]
     fn jobs_run_and_threads_are_bounded() {
-        let pool = ReaderPool::new();
+        let pool = WorkerPool::new();
         let (tx, rx) = crossbeam_channel::unbounded();
         for i in 0..200usize {
             let tx = tx.clone();
@@ -134,7 +135,7 @@ mod tests {
         let want: Vec<usize> = (0..200).filter(|&i| i != 7).collect();
         assert_eq!(got, want);
         let started = pool.started.load(Ordering::Acquire);
-        assert!((1..=READERS_MAX).contains(&started), "{started} threads");
+        assert!((1..=WORKERS_MAX).contains(&started), "{started} threads");
         // A job's guard drops just after its sender: wait for the count.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while pool.pending.load(Ordering::Acquire) != 0 {
