@@ -95,12 +95,27 @@ pub(crate) struct Separate {
 pub(crate) fn insert_batch(
     mem: &Memtable,
     rep: &[u8],
-    mut seqno: u64,
+    seqno: u64,
     place: Option<(u64, &Separate)>,
 ) -> std::result::Result<u64, String> {
+    insert_ops(mem, rep, seqno, place, 0..usize::MAX)
+}
+
+/// [`insert_batch`] for the ops of `rep` whose index is in `which` only;
+/// op `i` gets seqno `seqno + i`. Returns `seqno` plus the batch's count.
+fn insert_ops(
+    mem: &Memtable,
+    rep: &[u8],
+    seqno: u64,
+    place: Option<(u64, &Separate)>,
+    which: std::ops::Range<usize>,
+) -> std::result::Result<u64, String> {
     let decoded = codec::decode(rep)?;
+    let next = seqno + decoded.ops.len() as u64;
     let mut ptr = Vec::with_capacity(crate::format::vptr::VPTR_LEN_MAX);
-    for op in decoded.ops {
+    let end = which.end.min(decoded.ops.len());
+    let start = which.start.min(end);
+    for (seqno, op) in (seqno + start as u64..).zip(&decoded.ops[start..end]) {
         match place {
             Some((at, rule)) if op.kind == Kind::Put && op.value.len() >= rule.min => {
                 // `op.value` borrows from `rep`, so its distance from
@@ -112,9 +127,8 @@ pub(crate) fn insert_batch(
             }
             _ => mem.insert(op.key, seqno, op.kind, op.value),
         }
-        seqno += 1;
     }
-    Ok(seqno)
+    Ok(next)
 }
 
 /// The memtable inserts of one group: each accepted member's batch as it
@@ -132,11 +146,17 @@ struct Inserts {
 }
 
 impl Inserts {
-    /// Inserts every member's ops. Seqnos are not published here: readers
-    /// skip entries above `last_seqno`, so inserting before the sync has
-    /// finished shows nothing early.
-    fn run(&self) -> std::result::Result<(), String> {
+    /// Inserts the ops of the group numbered `ops` (counting across its
+    /// members in order). Seqnos are not published here: readers skip
+    /// entries above `last_seqno`, so inserting before the sync has
+    /// finished shows nothing early. Parts of one group may be inserted
+    /// concurrently (the skiplist takes concurrent inserts).
+    fn run(&self, ops: std::ops::Range<u64>) -> std::result::Result<(), String> {
         for (p, at, first) in &self.items {
+            let mine = ops.start.max(*first)..ops.end.min(first + u64::from(p.count));
+            if mine.is_empty() {
+                continue;
+            }
             // The batch as written (its seqno set), or for the split
             // sabotage the caller's copy, with values kept inline.
             let (rep, place) = match at {
@@ -146,7 +166,8 @@ impl Inserts {
                 ),
                 None => (&p.rep[..], None),
             };
-            insert_batch(&self.mem, rep, *first, place)?;
+            let which = (mine.start - first) as usize..(mine.end - first) as usize;
+            insert_ops(&self.mem, rep, *first, place, which)?;
         }
         Ok(())
     }
@@ -328,17 +349,30 @@ impl Inner {
         // flush and the memtable's cache misses overlap); nothing is
         // published before both are done.
         let inserted = if sync && next - first >= OFFLOAD_OPS_MIN {
+            // In up to one part per core, each of at least
+            // `OFFLOAD_OPS_MIN` ops, so that a large group's inserts take
+            // no longer than the sync where the cores are free.
+            let parts =
+                ((next - first) / OFFLOAD_OPS_MIN).min(self.workers.cores() as u64) as usize;
             let inserts = Arc::new(inserts);
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            let job = inserts.clone();
-            self.workers.run(move || {
-                let _ = tx.send(job.run());
-            });
+            let (tx, rx) = crossbeam_channel::bounded(parts);
+            for part in 0..parts as u64 {
+                let (job, tx) = (inserts.clone(), tx.clone());
+                let n = next - first;
+                let ops = first + n * part / parts as u64..first + n * (part + 1) / parts as u64;
+                self.workers.run(move || {
+                    let _ = tx.send(job.run(ops));
+                });
+            }
+            drop(tx);
             let synced = file.sync();
-            // A job that panicked dropped its sender.
-            let inserted = rx
-                .recv()
-                .unwrap_or_else(|_| Err("a memtable insert job panicked".into()));
+            // A job that panicked dropped its sender without a result.
+            let results: Vec<_> = rx.iter().collect();
+            let inserted = if results.len() < parts {
+                Err("a memtable insert job panicked".into())
+            } else {
+                results.into_iter().collect()
+            };
             self.synced(journal, synced, next)?;
             (inserted, inserts)
         } else {
@@ -346,7 +380,7 @@ impl Inner {
                 let synced = file.sync();
                 self.synced(journal, synced, next)?;
             }
-            (inserts.run(), Arc::new(inserts))
+            (inserts.run(first..next), Arc::new(inserts))
         };
         let (inserted, inserts) = inserted;
         // `WriteBatch` built every batch, so they decode; if one ever did
