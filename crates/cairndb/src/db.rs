@@ -64,6 +64,10 @@ pub(crate) struct Journal {
     /// durability mark written into each record, which lets recovery tell
     /// damage to synced records from an ordinary torn tail.
     pub synced_seqno: u64,
+    /// Fingerprints of recently written keys, for commit checks
+    /// (`txn/recent.rs`); recorded by the leader once a transaction has
+    /// begun (`Inner::txn_begun`).
+    pub recent: crate::txn::recent::RecentWrites,
 }
 
 pub(crate) struct Manifest {
@@ -123,6 +127,10 @@ pub(crate) struct Inner {
     /// Worker threads (`pool.rs`): device reads of scans and value GC,
     /// memtable inserts of synced groups.
     pub workers: Arc<crate::pool::WorkerPool>,
+    /// Set by the first `begin`: from then on each group's writes are
+    /// recorded in `Journal::recent`. Databases without transactions pay
+    /// nothing for the log.
+    pub txn_begun: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {

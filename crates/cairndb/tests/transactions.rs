@@ -519,3 +519,35 @@ fn conflicts_are_found_in_tables_too() {
         }
     }
 }
+
+/// Commit checks use a bounded log of recently written keys and fall back
+/// to exact lookups for snapshots it no longer reaches back to: here an
+/// old transaction outlives more writes than the log holds (300,000 keys
+/// against its 262,144), and its conflicts, also on a key written first,
+/// are still found; a key nobody wrote still commits.
+#[test]
+fn conflicts_are_found_after_the_recent_write_log_overflows() {
+    let fs = MemFs::new();
+    let db = Db::open("/db", common::mem_opts(&fs, 64 << 20)).expect("open");
+    db.put("early", "0").expect("put");
+    let mut old = db.begin();
+    let mut quiet = db.begin();
+    db.put("early", "1").expect("put");
+    for b in 0..300u32 {
+        let mut batch = cairndb::WriteBatch::new();
+        for i in 0..1000u32 {
+            batch
+                .put(format!("k{:06}", b * 1000 + i), "v")
+                .expect("put");
+        }
+        db.write(batch, &WriteOptions::default()).expect("write");
+    }
+    old.put("early", "2").expect("put");
+    assert!(conflict(old.commit()), "a write before the overflow");
+    let mut late = db.begin();
+    db.put("k000007", "w").expect("put");
+    late.put("k000007", "x").expect("put");
+    assert!(conflict(late.commit()), "a write after the overflow");
+    quiet.put("untouched", "1").expect("put");
+    quiet.commit().expect("no conflict on an unwritten key");
+}

@@ -270,6 +270,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             number: journal_number,
             poisoned: false,
             synced_seqno: rec.last_seqno,
+            recent: crate::txn::recent::RecentWrites::new(rec.last_seqno + 1),
         }),
         manifest: Mutex::new(manifest),
         compaction_lock: Mutex::new(()),
@@ -288,6 +289,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         _lock: lock,
         blocks,
         workers: Arc::new(crate::pool::WorkerPool::new()),
+        txn_begun: std::sync::atomic::AtomicBool::new(false),
         opts,
     })
 }

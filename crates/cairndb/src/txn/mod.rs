@@ -21,6 +21,7 @@
 //! serializable transaction commits only if nothing it read changed
 //! between its snapshot and its commit point.
 
+pub(crate) mod recent;
 pub(crate) mod registry;
 
 use crate::db::Db;
@@ -29,6 +30,7 @@ use crate::options::WriteOptions;
 use crate::read::ReadView;
 use crate::read::iter::{Iter, KeyValue};
 use crate::write::batch::WriteBatch;
+use recent::RecentWrites;
 use registry::Pin;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::{Bound, RangeBounds};
@@ -66,11 +68,17 @@ impl Validation {
     /// `committed` is the last committed seqno: when it is not above the
     /// snapshot, nothing was committed since the transaction began and
     /// only `written` can conflict (a lone committer's every commit).
+    ///
+    /// A key `recent` proves unwritten since the snapshot needs no lookup;
+    /// the committed state is looked up (`view`, taken on first need by
+    /// `make_view`) only for the others and for ranges.
     pub(crate) fn run(
         &self,
-        view: &ReadView,
         committed: u64,
+        recent: &RecentWrites,
         written: &BTreeSet<Vec<u8>>,
+        view: &mut Option<ReadView>,
+        make_view: &dyn Fn() -> ReadView,
     ) -> Result<()> {
         let conflict = |what: String| Err(Error::Conflict(what));
         let changed = committed > self.snapshot;
@@ -78,9 +86,10 @@ impl Validation {
             if written.contains(k) {
                 return conflict(format!("key {k:?} written by a commit in the same group"));
             }
-            if !changed {
+            if !changed || !recent.may_have_changed(k, self.snapshot) {
                 continue;
             }
+            let view = view.get_or_insert_with(make_view);
             if let Some(s) = view.newest_seqno_after(k, self.snapshot)? {
                 return conflict(format!(
                     "key {k:?} written at seqno {s} after snapshot {}",
@@ -100,7 +109,7 @@ impl Validation {
                 continue;
             }
             let it = Iter::new(
-                view.clone(),
+                view.get_or_insert_with(make_view).clone(),
                 crate::limits::SEQNO_MAX,
                 lo.clone(),
                 hi.clone(),
@@ -156,6 +165,12 @@ fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
 impl Transaction {
     pub(crate) fn new(db: Db, isolation: Isolation) -> Transaction {
         let inner = db.inner();
+        // Read first: once set, the flag's cache line is only ever read.
+        if !inner.txn_begun.load(std::sync::atomic::Ordering::Relaxed) {
+            inner
+                .txn_begun
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         let (pin, snapshot) = inner.pins.pin(&inner.last_seqno);
         Transaction {
             db,

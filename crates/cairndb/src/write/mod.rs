@@ -29,6 +29,7 @@ use crate::limits::{GROUP_BYTES_MAX, SEQNO_MAX};
 use crate::memtable::Memtable;
 use crate::options::WriteOptions;
 use crate::txn::Validation;
+use crate::txn::recent::RecentWrites;
 use crate::version::files;
 use crate::version::segments::SegmentFile;
 use batch::WriteBatch;
@@ -217,20 +218,21 @@ impl Inner {
     /// Runs the conflict checks of the group's transactions, in queue
     /// order, against the committed state and against the members before
     /// them. Marks the losers `rejected`; returns which members go on.
-    fn check_group(&self, group: &[Arc<Pending>]) -> Vec<bool> {
+    fn check_group(&self, group: &[Arc<Pending>], recent: &RecentWrites) -> Vec<bool> {
         if group.iter().all(|p| p.check.is_none()) || self.opts.sabotage.skip_conflict_checks {
             return vec![true; group.len()];
         }
-        // Under the journal lock: no commit is in flight, so the view holds
+        // Under the journal lock: no commit is in flight, so a view holds
         // every committed write, and `last_seqno` is the last of them.
-        let view = self.view();
+        let mut view = None;
+        let make_view = || self.view();
         let committed = self.last_seqno.load(Ordering::Acquire);
         let mut written: BTreeSet<Vec<u8>> = BTreeSet::new();
         group
             .iter()
             .map(|p| {
                 let verdict = match &p.check {
-                    Some(check) => check.run(&view, committed, &written),
+                    Some(check) => check.run(committed, recent, &written, &mut view, &make_view),
                     None => Ok(()),
                 };
                 match verdict {
@@ -261,7 +263,7 @@ impl Inner {
         if journal.file.is_none() {
             return Err(Error::Closed);
         }
-        let accepted = self.check_group(group);
+        let accepted = self.check_group(group, &journal.recent);
         let live = || {
             group
                 .iter()
@@ -394,8 +396,37 @@ impl Inner {
             p.assigned
                 .store(first + u64::from(p.count) - 1, Ordering::Release);
         }
+        self.record_recent(&mut journal.recent, &inserts, next);
         self.last_seqno.store(next - 1, Ordering::Release);
         Ok(())
+    }
+
+    /// Notes the group's written keys for later commit checks, once a
+    /// transaction has begun; before that, moves the log past the group.
+    fn record_recent(&self, recent: &mut RecentWrites, inserts: &Inserts, next: u64) {
+        // A transaction that begins after this load pins a seqno below
+        // the group's only if the group is not yet published; `reset`
+        // then leaves it uncovered, and its check takes exact lookups.
+        if !self.txn_begun.load(Ordering::SeqCst) {
+            recent.reset(next);
+            return;
+        }
+        for (p, at, first) in &inserts.items {
+            let rep = match at {
+                Some(r) => &inserts.buf[r.clone()],
+                None => &p.rep[..],
+            };
+            let Ok(decoded) = codec::decode(rep) else {
+                // Unreachable (the inserts decoded it); a gap in the log
+                // must never read as "not written", so start it over.
+                recent.reset(next);
+                return;
+            };
+            for (seqno, op) in (*first..).zip(&decoded.ops) {
+                recent.record(op.key, seqno);
+            }
+        }
+        recent.bound(|| self.pins.oldest(&self.last_seqno), next);
     }
 
     /// Records the outcome of the journal sync that made seqnos below
