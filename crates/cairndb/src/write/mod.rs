@@ -228,16 +228,22 @@ impl Inner {
         let make_view = || self.view();
         let committed = self.last_seqno.load(Ordering::Acquire);
         let mut written: BTreeSet<Vec<u8>> = BTreeSet::new();
+        // Members after the last checked one need no record of what the
+        // members before them wrote.
+        let last_checked = group.iter().rposition(|p| p.check.is_some());
         group
             .iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(i, p)| {
                 let verdict = match &p.check {
                     Some(check) => check.run(committed, recent, &written, &mut view, &make_view),
                     None => Ok(()),
                 };
                 match verdict {
                     Ok(()) => {
-                        if let Ok(d) = codec::decode(&p.rep) {
+                        if last_checked.is_some_and(|last| i < last)
+                            && let Ok(d) = codec::decode(&p.rep)
+                        {
                             written.extend(d.ops.iter().map(|op| op.key.to_vec()));
                         }
                         true
