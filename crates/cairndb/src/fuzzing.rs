@@ -28,7 +28,7 @@ use crate::format::block::{Block, BlockBuilder, Decoded};
 use crate::format::coding::{Reader, crc, crc2};
 use crate::format::filter::{self, TableFilter};
 use crate::format::key::{self, Kind};
-use crate::format::log::{self, RecordKind, Tail};
+use crate::format::log::{self, Framing, RecordKind, Tail};
 use crate::format::manifest::{Edit, MANIFEST_FORMAT, MANIFEST_FORMAT_MIN};
 use crate::format::table::{
     FOOTER_LEN, TABLE_MAGIC, TABLE_VERSION, TRAILER_LEN, Table, TableOptions, TableWriter,
@@ -118,11 +118,12 @@ use crate::recovery::{journal_continues, manifest_continues};
 /// should have started; `Clean` means every byte was used.
 fn check_log<'a>(
     image: &'a [u8],
+    framing: Framing,
     continues: impl Fn(RecordKind, &[u8], &[log::Record<'a>]) -> bool,
 ) -> log::Scan<'a> {
-    let scan = log::scan(image, continues);
-    let any = log::scan(image, |_, _, _| true);
-    let never = log::scan(image, |_, _, _| false);
+    let scan = log::scan_framed(image, framing, continues);
+    let any = log::scan_framed(image, framing, |_, _, _| true);
+    let never = log::scan_framed(image, framing, |_, _, _| false);
     assert_eq!(scan.records, any.records, "records depend on the rule");
     assert_eq!(scan.records, never.records, "records depend on the rule");
     let mut end = 0usize;
@@ -150,6 +151,7 @@ fn check_log<'a>(
 /// A log built from fuzzer input with valid checksums, then cut or damaged
 /// as the input says, and the records it was built from.
 struct SealedLog {
+    framing: Framing,
     image: Vec<u8>,
     records: Vec<(u64, RecordKind, Vec<u8>)>,
     damage: Damage,
@@ -166,9 +168,11 @@ enum Damage {
 
 /// Appends up to `max` records described by `input` to `image`: per
 /// record a kind selector (into `kinds`), a u16 length and the payload.
+/// Numbered kinds are framed for journal `number`.
 fn sealed_records(
     input: &mut Input<'_>,
     kinds: &[RecordKind],
+    number: u64,
     max: usize,
     image: &mut Vec<u8>,
 ) -> Vec<(u64, RecordKind, Vec<u8>)> {
@@ -182,7 +186,7 @@ fn sealed_records(
         let len = usize::from(input.u16());
         let payload = input.bytes(len).to_vec();
         let offset = image.len() as u64;
-        log::encode_record(image, kind, &payload);
+        log::encode_record_parts(image, kind, number, &[], &payload);
         records.push((offset, kind, payload));
     }
     records
@@ -191,12 +195,17 @@ fn sealed_records(
 impl SealedLog {
     /// Input: damage selector, damage offset (u16), xor mask, then records
     /// as in [`sealed_records`].
-    fn build(input: &mut Input<'_>, kinds: &[RecordKind]) -> SealedLog {
+    /// `kinds` must all be of `framing`.
+    fn build(input: &mut Input<'_>, kinds: &[RecordKind], framing: Framing) -> SealedLog {
         let how = input.u8();
         let at = usize::from(input.u16());
         let mask = input.u8().max(1);
         let mut image = Vec::new();
-        let records = sealed_records(input, kinds, LOG_RECORDS_MAX, &mut image);
+        let number = match framing {
+            Framing::Numbered(n) => n,
+            Framing::Plain => 0,
+        };
+        let records = sealed_records(input, kinds, number, LOG_RECORDS_MAX, &mut image);
         let damage = match how % 4 {
             2 => {
                 let cut = at % (image.len() + 1);
@@ -213,6 +222,7 @@ impl SealedLog {
             _ => Damage::None,
         };
         SealedLog {
+            framing,
             image,
             records,
             damage,
@@ -229,7 +239,7 @@ impl SealedLog {
         &'a self,
         continues: impl Fn(RecordKind, &[u8], &[log::Record<'a>]) -> bool,
     ) -> log::Scan<'a> {
-        let scan = check_log(&self.image, continues);
+        let scan = check_log(&self.image, self.framing, continues);
         let end_of = |r: &(u64, RecordKind, Vec<u8>)| r.0 as usize + log::HEADER_LEN + r.2.len();
         let expect_prefix = |n: usize| {
             let want: Vec<log::Record<'_>> = self
@@ -249,7 +259,7 @@ impl SealedLog {
                 let kept = self.records.iter().take_while(|r| end_of(r) <= cut).count();
                 expect_prefix(kept);
                 let boundary = self.records.get(kept).is_none_or(|r| r.0 as usize == cut);
-                let never = log::scan(&self.image, |_, _, _| false);
+                let never = log::scan_framed(&self.image, self.framing, |_, _, _| false);
                 if boundary {
                     assert_eq!(never.tail, Tail::Clean, "cut at a record boundary");
                 } else {
@@ -263,10 +273,10 @@ impl SealedLog {
                 let hit = self.records.iter().take_while(|r| end_of(r) <= i).count();
                 expect_prefix(hit);
                 let offset = self.records.get(hit).map_or(0, |r| r.0);
-                let never = log::scan(&self.image, |_, _, _| false);
+                let never = log::scan_framed(&self.image, self.framing, |_, _, _| false);
                 assert_eq!(never.tail, Tail::Torn { offset });
                 if hit + 1 < self.records.len() {
-                    let any = log::scan(&self.image, |_, _, _| true);
+                    let any = log::scan_framed(&self.image, self.framing, |_, _, _| true);
                     assert_eq!(any.tail, Tail::Damaged { offset }, "intact records follow");
                 }
             }
@@ -290,23 +300,39 @@ fn journal_record_ops(kind: RecordKind, payload: &[u8]) -> usize {
 /// First byte even: the rest is a journal image. Odd: the rest describes
 /// records framed with valid checksums, then cut or damaged
 /// ([`SealedLog::build`]); the scan must classify the damage as specified.
+/// Its bit 1 picks the numbered framing of journal format 3 (then a u16
+/// journal number follows) over the plain one.
 /// Returns the number of batch ops decoded.
 pub fn journal(data: &[u8]) -> usize {
     let mut input = Input::new(data);
-    if input.u8().is_multiple_of(2) {
-        let scan = check_log(input.rest(), journal_continues(0));
+    let how = input.u8();
+    // Bit 1: journal format 3, numbered framing, the journal's number in
+    // the next two bytes; else the plain framing of formats 1 and 2.
+    let numbered = how & 2 != 0;
+    let framing = if numbered {
+        Framing::Numbered(u64::from(input.u16()))
+    } else {
+        Framing::Plain
+    };
+    if how.is_multiple_of(2) {
+        let scan = check_log(input.rest(), framing, journal_continues(0));
         scan.records
             .iter()
             .map(|&(_, k, p)| journal_record_ops(k, p))
             .sum()
     } else {
-        let kinds = [
+        let plain = [
             RecordKind::MarkedBatch,
             RecordKind::MarkedBatch,
             RecordKind::Batch,
             RecordKind::Edit,
         ];
-        let sealed = SealedLog::build(&mut input, &kinds);
+        let kinds: &[RecordKind] = if numbered {
+            &[RecordKind::NumberedBatch]
+        } else {
+            &plain
+        };
+        let sealed = SealedLog::build(&mut input, kinds, framing);
         let scan = sealed.check(journal_continues(0));
         scan.records
             .iter()
@@ -345,8 +371,8 @@ pub fn batch(data: &[u8]) -> usize {
         assert_eq!(rep, data, "same length, different encoding");
     }
     let mut record = Vec::new();
-    batch_codec::encode_journal_record(&mut record, decoded.first_seqno, data);
-    let scan = log::scan(&record, |_, _, _| false);
+    batch_codec::encode_journal_record(&mut record, 7, decoded.first_seqno, data);
+    let scan = log::scan_framed(&record, Framing::Numbered(7), |_, _, _| false);
     assert_eq!(scan.tail, Tail::Clean);
     let found: Vec<_> = scan
         .records
@@ -422,7 +448,7 @@ pub fn manifest(data: &[u8]) -> usize {
     let mut input = Input::new(data);
     match input.u8() % 3 {
         0 => {
-            let scan = check_log(input.rest(), manifest_continues);
+            let scan = check_log(input.rest(), Framing::Plain, manifest_continues);
             replay_edits(&scan.records)
         }
         1 => edit_round_trip(input.rest()),
@@ -433,7 +459,7 @@ pub fn manifest(data: &[u8]) -> usize {
                 RecordKind::Edit,
                 RecordKind::MarkedBatch,
             ];
-            let sealed = SealedLog::build(&mut input, &kinds);
+            let sealed = SealedLog::build(&mut input, &kinds, Framing::Plain);
             let scan = sealed.check(manifest_continues);
             replay_edits(&scan.records)
         }
@@ -1202,7 +1228,7 @@ fn edit_image(fs: &MemFs, input: &mut Input<'_>) {
             let count = 1 + usize::from(input.u8() % 8);
             let kinds = [RecordKind::MarkedBatch, RecordKind::Edit, RecordKind::Batch];
             let mut image = Vec::new();
-            sealed_records(input, &kinds, count, &mut image);
+            sealed_records(input, &kinds, 0, count, &mut image);
             let _ = put_file(fs, &db_dir().join(name), &image);
         }
         // flip bits of a byte
@@ -1773,8 +1799,8 @@ pub fn ops_model(data: &[u8]) -> usize {
 // Seed corpus
 
 /// The records of a log image.
-fn records_of(image: &[u8]) -> Vec<(RecordKind, Vec<u8>)> {
-    log::scan(image, |_, _, _| false)
+fn records_of(image: &[u8], framing: Framing) -> Vec<(RecordKind, Vec<u8>)> {
+    log::scan_framed(image, framing, |_, _, _| false)
         .records
         .iter()
         .map(|&(_, k, p)| (k, p.to_vec()))
@@ -1811,23 +1837,38 @@ pub fn seed_corpus() -> Vec<(&'static str, Vec<u8>)> {
             .map(|(_, b)| b.clone())
             .collect::<Vec<_>>()
     };
-    let journals = file(".journal");
+    // (number, bytes) of every journal.
+    let journals: Vec<(u16, Vec<u8>)> = files
+        .iter()
+        .filter_map(|(n, b)| {
+            let number = n.strip_suffix(".journal")?.parse::<u16>().ok()?;
+            Some((number, b.clone()))
+        })
+        .collect();
     let manifests = file("MANIFEST-");
     let tables = file(".table");
     let mut out: Vec<(&'static str, Vec<u8>)> = Vec::new();
 
-    let journal_kinds = [
-        RecordKind::MarkedBatch,
-        RecordKind::MarkedBatch,
-        RecordKind::Batch,
-        RecordKind::Edit,
-    ];
-    for j in &journals {
-        out.push(("journal", cat(&[&[0], j])));
-        let records = records_of(j);
+    let journal_kinds = [RecordKind::NumberedBatch];
+    for (number, j) in &journals {
+        let n = number.to_le_bytes();
+        out.push(("journal", cat(&[&[2], &n, j])));
+        let records = records_of(j, Framing::Numbered(u64::from(*number)));
         let body = sealed_input(&records, &journal_kinds);
-        out.push(("journal", cat(&[&[1, 0, 0, 0, 0], &body])));
-        out.push(("journal", cat(&[&[1, 3, 40, 0, 0x20], &body])));
+        out.push(("journal", cat(&[&[3], &n, &[0, 0, 0, 0], &body])));
+        out.push(("journal", cat(&[&[3], &n, &[3, 40, 0, 0x20], &body])));
+        // The same records under the plain framing of formats 1 and 2.
+        let plain: Vec<_> = records
+            .iter()
+            .map(|(_, p)| (RecordKind::MarkedBatch, p.clone()))
+            .collect();
+        out.push((
+            "journal",
+            cat(&[
+                &[1, 0, 0, 0, 0],
+                &sealed_input(&plain, &[RecordKind::MarkedBatch]),
+            ]),
+        ));
         for (kind, payload) in &records {
             if let Some((_, rep)) = batch_codec::split_journal_record(*kind, payload) {
                 out.push(("batch", rep.to_vec()));
@@ -1842,7 +1883,7 @@ pub fn seed_corpus() -> Vec<(&'static str, Vec<u8>)> {
     ];
     for m in &manifests {
         out.push(("manifest", cat(&[&[0], m])));
-        let records = records_of(m);
+        let records = records_of(m, Framing::Plain);
         for (_, payload) in records.iter().take(2) {
             out.push(("manifest", cat(&[&[1], payload])));
         }
@@ -1944,4 +1985,16 @@ pub fn seed_corpus() -> Vec<(&'static str, Vec<u8>)> {
     // Synced writes, then a power cut that keeps nothing unsynced.
     out.push(("ops_model", vec![0x00, 0x80, 1, 1, 0x80, 2, 2, 0x0c, 0]));
     out
+}
+
+/// For tests that build journal images by hand: the journal record
+/// `record` (header and payload, any framing) framed again as a record of
+/// journal `number` (journal format 3), payload unchanged. `None` if
+/// `record` is shorter than its header says.
+pub fn reframe_journal_record(record: &[u8], number: u64) -> Option<Vec<u8>> {
+    let len = u32::from_le_bytes(record.get(4..8)?.try_into().ok()?) as usize;
+    let payload = record.get(log::HEADER_LEN..log::HEADER_LEN.checked_add(len)?)?;
+    let mut out = Vec::with_capacity(record.len());
+    log::encode_record_parts(&mut out, RecordKind::NumberedBatch, number, &[], payload);
+    Some(out)
 }

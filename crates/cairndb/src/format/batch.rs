@@ -98,11 +98,18 @@ pub const MARK_LEN: usize = 8;
 /// [`encode_journal_record`]: after the record header and the mark.
 pub const JOURNAL_BATCH_AT: usize = super::log::HEADER_LEN + MARK_LEN;
 
-/// Appends a journal record holding batch `rep` (seqno already set) and
-/// the durability mark `mark`: the highest seqno of this journal known
-/// synced when the record was written.
-pub fn encode_journal_record(out: &mut Vec<u8>, mark: u64, rep: &[u8]) {
-    encode_record_parts(out, RecordKind::MarkedBatch, &mark.to_le_bytes(), rep);
+/// Appends a record of journal `number` holding batch `rep` (seqno
+/// already set) and the durability mark `mark`: the highest seqno of this
+/// journal known synced when the record was written. Journal format 3:
+/// kind `NumberedBatch`, header checksum seeded with `number`.
+pub fn encode_journal_record(out: &mut Vec<u8>, number: u64, mark: u64, rep: &[u8]) {
+    encode_record_parts(
+        out,
+        RecordKind::NumberedBatch,
+        number,
+        &mark.to_le_bytes(),
+        rep,
+    );
 }
 
 /// The durability mark and batch payload of a journal record, or `None`
@@ -111,7 +118,7 @@ pub fn encode_journal_record(out: &mut Vec<u8>, mark: u64, rep: &[u8]) {
 pub fn split_journal_record(kind: RecordKind, payload: &[u8]) -> Option<(u64, &[u8])> {
     match kind {
         RecordKind::Batch => Some((0, payload)),
-        RecordKind::MarkedBatch => {
+        RecordKind::MarkedBatch | RecordKind::NumberedBatch => {
             let mark = payload.get(..MARK_LEN)?;
             let mark = u64::from_le_bytes(mark.try_into().ok()?);
             Some((mark, payload.get(MARK_LEN..)?))
@@ -123,7 +130,7 @@ pub fn split_journal_record(kind: RecordKind, payload: &[u8]) -> Option<(u64, &[
 /// Sabotage only (`Options::sabotage.split_batches`): appends each op of
 /// `rep` to `out` as its own one-op journal record, seqnos from `first`.
 /// Returns the next unused seqno.
-pub fn encode_split(out: &mut Vec<u8>, mark: u64, rep: &[u8], first: u64) -> u64 {
+pub fn encode_split(out: &mut Vec<u8>, number: u64, mark: u64, rep: &[u8], first: u64) -> u64 {
     let mut next = first;
     if let Ok(d) = decode(rep) {
         for op in d.ops {
@@ -131,7 +138,7 @@ pub fn encode_split(out: &mut Vec<u8>, mark: u64, rep: &[u8], first: u64) -> u64
             push_op(&mut one, op.kind, op.key, op.value);
             set_count(&mut one, 1);
             set_seqno(&mut one, next);
-            encode_journal_record(out, mark, &one);
+            encode_journal_record(out, number, mark, &one);
             next += 1;
         }
     }
@@ -160,8 +167,14 @@ mod tests {
         }
     }
 
+    fn hex(bytes: &[u8]) -> String {
+        let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        hex.join(" ")
+    }
+
     /// format.md §Log records, worked example: one synced put as the first
-    /// write of a new database.
+    /// write of a new database, whose first journal is `000002.journal`;
+    /// the same bytes as the engine writes them.
     #[test]
     fn worked_example_bytes() {
         let mut rep = new_payload();
@@ -169,11 +182,22 @@ mod tests {
         set_count(&mut rep, 1);
         set_seqno(&mut rep, 1);
         let mut rec = Vec::new();
-        encode_journal_record(&mut rec, 0, &rep);
-        let hex: Vec<String> = rec.iter().map(|b| format!("{b:02x}")).collect();
-        println!("{}", hex.join(" "));
-        assert_eq!(hex.join(" "), GOLDEN);
+        encode_journal_record(&mut rec, 2, 0, &rep);
+        println!("{}", hex(&rec));
+        assert_eq!(hex(&rec), GOLDEN);
+
+        let fs = crate::io::MemFs::new();
+        let dir = std::path::Path::new("/db");
+        let opts = crate::Options {
+            fs: std::sync::Arc::new(fs.clone()),
+            ..crate::Options::default()
+        };
+        let db = crate::Db::open(dir, opts).expect("open");
+        db.put_opt("a", "b", &crate::WriteOptions { sync: true })
+            .expect("put");
+        let journal = crate::io::read_all(&fs, &dir.join("000002.journal")).expect("journal");
+        assert_eq!(hex(&journal[..rec.len()]), GOLDEN);
     }
 
-    const GOLDEN: &str = "11 ea 83 b6 19 00 00 00 d9 70 27 68 03 00 00 00 00 00 00 00 00 00 00 00 01 00 00 00 00 00 00 00 01 00 00 00 01 01 61 01 62";
+    const GOLDEN: &str = "54 2a 2a 20 19 00 00 00 d9 70 27 68 04 00 00 00 00 00 00 00 00 00 00 00 01 00 00 00 00 00 00 00 01 00 00 00 01 01 61 01 62";
 }

@@ -5,11 +5,14 @@
 //!
 //! ```text
 //! offset size field
-//!  0     4    header_crc   masked CRC-32C of bytes 4..16 of the header
+//!  0     4    header_crc   masked CRC-32C of bytes 4..16 of the header;
+//!                          for kind 4, of the journal's number (u64 LE)
+//!                          followed by bytes 4..16
 //!  4     4    payload_len  u32 LE
 //!  8     4    payload_crc  masked CRC-32C of the payload
 //! 12     1    kind         1 = journal batch (old), 2 = manifest edit,
-//!                          3 = journal batch with durability mark (persisted)
+//!                          3 = journal batch with durability mark (old),
+//!                          4 = the same in a numbered journal (persisted)
 //! 13     3    reserved     zero
 //! 16     n    payload
 //! ```
@@ -17,8 +20,33 @@
 //! The header carries its own checksum so a reader that meets a damaged
 //! record can look for later intact records cheaply (12 bytes per offset),
 //! which is how a torn tail is told apart from damage in the middle.
+//!
+//! Numbered framing (kind 4) seeds the header checksum with the number of
+//! the journal the record belongs to, so a record a file held in an
+//! earlier life, under another number, is not intact in it: journal files
+//! can be recycled without their old records ever reading as new ones.
 
 use super::coding::{Reader, crc, crc2};
+
+/// How the records of a log file are framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Unseeded header checksums, kinds 1–3: manifests, and journals of
+    /// journal formats 1 and 2.
+    Plain,
+    /// Header checksums seeded with the journal's number, kind 4 only:
+    /// journals of journal format 3.
+    Numbered(u64),
+}
+
+/// The header checksum of `header` (whose bytes 4.. are filled in).
+fn header_crc(header: &[u8], framing: Framing) -> Option<u32> {
+    let fields = header.get(4..HEADER_LEN)?;
+    Some(match framing {
+        Framing::Plain => crc(fields),
+        Framing::Numbered(n) => crc2(&n.to_le_bytes(), fields),
+    })
+}
 
 /// Size of a record header.
 pub const HEADER_LEN: usize = 16;
@@ -34,16 +62,37 @@ pub enum RecordKind {
     /// A write batch preceded by its durability mark (journal files
     /// written by journal format 2; format/batch.rs §journal records).
     MarkedBatch = 3,
+    /// The same payload in a journal of format 3, whose header checksums
+    /// are seeded with its number (`Framing::Numbered`).
+    NumberedBatch = 4,
 }
 
-/// Appends one framed record to `out`.
+impl RecordKind {
+    /// The framing records of this kind are written with, given the
+    /// journal number for numbered ones.
+    fn framing(self, number: u64) -> Framing {
+        match self {
+            RecordKind::NumberedBatch => Framing::Numbered(number),
+            _ => Framing::Plain,
+        }
+    }
+}
+
+/// Appends one framed record to `out` (plain framing).
 pub fn encode_record(out: &mut Vec<u8>, kind: RecordKind, payload: &[u8]) {
-    encode_record_parts(out, kind, &[], payload);
+    encode_record_parts(out, kind, 0, &[], payload);
 }
 
 /// Appends one framed record whose payload is `head` followed by `body`,
-/// without first copying them together.
-pub fn encode_record_parts(out: &mut Vec<u8>, kind: RecordKind, head: &[u8], body: &[u8]) {
+/// without first copying them together. `number` is the journal's number
+/// (it seeds the header checksum of kind 4; other kinds ignore it).
+pub fn encode_record_parts(
+    out: &mut Vec<u8>,
+    kind: RecordKind,
+    number: u64,
+    head: &[u8],
+    body: &[u8],
+) {
     let total = head.len() + body.len();
     let len = u32::try_from(total).unwrap_or(u32::MAX);
     debug_assert_eq!(len as usize, total, "record payload over 4 GiB");
@@ -51,7 +100,7 @@ pub fn encode_record_parts(out: &mut Vec<u8>, kind: RecordKind, head: &[u8], bod
     header[4..8].copy_from_slice(&len.to_le_bytes());
     header[8..12].copy_from_slice(&crc2(head, body).to_le_bytes());
     header[12] = kind as u8;
-    let hcrc = crc(&header[4..]);
+    let hcrc = header_crc(&header, kind.framing(number)).unwrap_or(0);
     header[0..4].copy_from_slice(&hcrc.to_le_bytes());
     out.extend_from_slice(&header);
     out.extend_from_slice(head);
@@ -78,22 +127,25 @@ pub struct Scan<'a> {
 }
 
 /// Parses the record at `pos`: `Some((kind, payload, next_pos))` if its
-/// header and payload checksums hold.
-fn parse_at(data: &[u8], pos: usize) -> Option<(RecordKind, &[u8], usize)> {
+/// header and payload checksums hold and its kind belongs to `framing`.
+fn parse_at(data: &[u8], pos: usize, framing: Framing) -> Option<(RecordKind, &[u8], usize)> {
     let header = data.get(pos..pos.checked_add(HEADER_LEN)?)?;
+    // The kind byte first: over stale or random bytes it rules out most
+    // offsets without computing a checksum.
+    let kind = match (*header.get(12)?, framing) {
+        (1, Framing::Plain) => RecordKind::Batch,
+        (2, Framing::Plain) => RecordKind::Edit,
+        (3, Framing::Plain) => RecordKind::MarkedBatch,
+        (4, Framing::Numbered(_)) => RecordKind::NumberedBatch,
+        _ => return None,
+    };
     let mut r = Reader::new(header);
     let hcrc = r.u32_le()?;
-    if hcrc != crc(header.get(4..)?) {
+    if hcrc != header_crc(header, framing)? {
         return None;
     }
     let len = r.u32_le()? as usize;
     let pcrc = r.u32_le()?;
-    let kind = match r.u8()? {
-        1 => RecordKind::Batch,
-        2 => RecordKind::Edit,
-        3 => RecordKind::MarkedBatch,
-        _ => return None,
-    };
     let start = pos + HEADER_LEN;
     let payload = data.get(start..start.checked_add(len)?)?;
     if crc(payload) != pcrc {
@@ -103,21 +155,22 @@ fn parse_at(data: &[u8], pos: usize) -> Option<(RecordKind, &[u8], usize)> {
 }
 
 /// Total length (header + payload) of the record whose header is at the
-/// start of `header`, if that header's checksum holds. Lets a reader check
-/// whether a log holds any intact record without reading all of it.
-pub fn record_len(header: &[u8]) -> Option<usize> {
+/// start of `header`, if that header's checksum holds under `framing`.
+/// Lets a reader check whether a log holds any intact record without
+/// reading all of it.
+pub fn record_len(header: &[u8], framing: Framing) -> Option<usize> {
     let header = header.get(..HEADER_LEN)?;
     let mut r = Reader::new(header);
     let hcrc = r.u32_le()?;
-    if hcrc != crc(header.get(4..)?) {
+    if hcrc != header_crc(header, framing)? {
         return None;
     }
     Some(HEADER_LEN + r.u32_le()? as usize)
 }
 
-/// True if `data` starts with an intact record.
-pub fn starts_with_record(data: &[u8]) -> bool {
-    parse_at(data, 0).is_some()
+/// True if `data` starts with an intact record under `framing`.
+pub fn starts_with_record(data: &[u8], framing: Framing) -> bool {
+    parse_at(data, 0, framing).is_some()
 }
 
 /// An intact record: its offset, kind and payload.
@@ -136,17 +189,27 @@ pub fn scan<'a>(
     data: &'a [u8],
     continues: impl Fn(RecordKind, &[u8], &[Record<'a>]) -> bool,
 ) -> Scan<'a> {
+    scan_framed(data, Framing::Plain, continues)
+}
+
+/// [`scan`] for a log whose records are framed as `framing` says: only
+/// records of that framing are intact.
+pub fn scan_framed<'a>(
+    data: &'a [u8],
+    framing: Framing,
+    continues: impl Fn(RecordKind, &[u8], &[Record<'a>]) -> bool,
+) -> Scan<'a> {
     let mut records = Vec::new();
     let mut pos = 0usize;
     while pos < data.len() {
-        match parse_at(data, pos) {
+        match parse_at(data, pos, framing) {
             Some((kind, payload, next)) => {
                 records.push((pos as u64, kind, payload));
                 pos = next;
             }
             None => {
                 let later_intact = (pos + 1..data.len()).any(|p| {
-                    parse_at(data, p)
+                    parse_at(data, p, framing)
                         .is_some_and(|(kind, payload, _)| continues(kind, payload, &records))
                 });
                 let offset = pos as u64;
@@ -168,11 +231,11 @@ pub fn scan<'a>(
 /// Every intact record anywhere in `data`, skipping bytes that start none.
 /// Only for `Sabotage::replay_past_damage`, which replays past damage on
 /// purpose to show the crash checkers catch the holes that leaves.
-pub fn scan_resync(data: &[u8]) -> Vec<Record<'_>> {
+pub fn scan_resync(data: &[u8], framing: Framing) -> Vec<Record<'_>> {
     let mut records = Vec::new();
     let mut pos = 0usize;
     while pos < data.len() {
-        match parse_at(data, pos) {
+        match parse_at(data, pos, framing) {
             Some((kind, payload, next)) => {
                 records.push((pos as u64, kind, payload));
                 pos = next;
@@ -202,8 +265,44 @@ mod tests {
         assert!(matches!(scan(&data, any).tail, Tail::Damaged { .. }));
         let never = |_: RecordKind, _: &[u8], _: &[Record]| false;
         assert_eq!(scan(&data, never).tail, Tail::Torn { offset: 21 });
-        assert!(starts_with_record(&data));
-        assert_eq!(record_len(&data), Some(21));
+        assert!(starts_with_record(&data, Framing::Plain));
+        assert_eq!(record_len(&data, Framing::Plain), Some(21));
+    }
+
+    /// A numbered record is intact only in the journal of its number, and
+    /// plain and numbered records never read as each other: a recycled
+    /// journal file's old records are not records of its new life.
+    #[test]
+    fn numbered_records_belong_to_their_journal_only() {
+        let mut rec = Vec::new();
+        encode_record_parts(&mut rec, RecordKind::NumberedBatch, 7, b"mark", b"batch");
+        let s = scan_framed(&rec, Framing::Numbered(7), any);
+        assert_eq!(s.tail, Tail::Clean);
+        assert_eq!(
+            s.records,
+            vec![(0, RecordKind::NumberedBatch, &b"markbatch"[..])]
+        );
+        assert_eq!(record_len(&rec, Framing::Numbered(7)), Some(rec.len()));
+        for other in [Framing::Numbered(8), Framing::Plain] {
+            assert!(!starts_with_record(&rec, other), "{other:?}");
+            assert_eq!(record_len(&rec, other), None, "{other:?}");
+            assert_eq!(scan_framed(&rec, other, any).tail, Tail::Torn { offset: 0 });
+        }
+        // An old life's record after the new one's is a torn tail, even
+        // when every later record is intact in its own journal.
+        let mut file = Vec::new();
+        encode_record_parts(&mut file, RecordKind::NumberedBatch, 9, b"", b"new");
+        let new_end = file.len() as u64;
+        file.extend_from_slice(&rec);
+        let s = scan_framed(&file, Framing::Numbered(9), any);
+        assert_eq!(s.records.len(), 1);
+        assert_eq!(s.tail, Tail::Torn { offset: new_end });
+        let plain = log_of(&[b"old"]);
+        assert_eq!(
+            scan_framed(&plain, Framing::Numbered(9), any).tail,
+            Tail::Torn { offset: 0 }
+        );
+        assert_eq!(scan_resync(&file, Framing::Numbered(7)).len(), 1);
     }
 
     fn log_of(payloads: &[&[u8]]) -> Vec<u8> {

@@ -17,8 +17,14 @@ use super::coding::{Reader, put_bytes, put_varint};
 use crate::limits::LEVELS;
 
 /// Version of the manifest format written by this build. Format 2 added
-/// tags 7 and 8 (value segments); format 1 files are read as they are.
-pub const MANIFEST_FORMAT: u64 = 2;
+/// tags 7 and 8 (value segments); format 3 adds no field but says the
+/// journals at and above its floor are of journal format 3 (numbered
+/// framing, format.md §Log records), so that an older build refuses the
+/// database instead of reading those journals as torn. Formats 1 and 2
+/// are read as they are, their journals with the plain framing.
+pub const MANIFEST_FORMAT: u64 = 3;
+/// First manifest format whose journals use the numbered framing.
+pub const MANIFEST_FORMAT_NUMBERED_JOURNALS: u64 = 3;
 /// Oldest manifest format this build reads.
 pub const MANIFEST_FORMAT_MIN: u64 = 1;
 

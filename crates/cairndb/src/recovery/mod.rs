@@ -27,8 +27,10 @@ use crate::cache::BlockCache;
 use crate::db::{Bg, Counters, Inner, Journal, State};
 use crate::error::{Error, Result};
 use crate::format::batch as batch_codec;
-use crate::format::log::{self, RecordKind, Tail};
-use crate::format::manifest::{Edit, MANIFEST_FORMAT, MANIFEST_FORMAT_MIN};
+use crate::format::log::{self, Framing, RecordKind, Tail};
+use crate::format::manifest::{
+    Edit, MANIFEST_FORMAT, MANIFEST_FORMAT_MIN, MANIFEST_FORMAT_NUMBERED_JOURNALS,
+};
 use crate::format::table::TableOptions;
 use crate::io::{self, Fs};
 use crate::limits::SEQNO_MAX;
@@ -56,6 +58,22 @@ struct Recovered {
     journal_floor: u64,
     next_file: u64,
     last_seqno: u64,
+    /// Format of the manifest file read (`MANIFEST_FORMAT` for a new
+    /// database): decides the framing of the journals replayed.
+    format: u64,
+}
+
+impl Recovered {
+    /// How the records of journal `number` (at or above the floor) are
+    /// framed: journals a format-3 manifest's floor covers were written by
+    /// a build that numbers its records.
+    fn framing(&self, number: u64) -> Framing {
+        if self.format >= MANIFEST_FORMAT_NUMBERED_JOURNALS {
+            Framing::Numbered(number)
+        } else {
+            Framing::Plain
+        }
+    }
 }
 
 pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
@@ -125,7 +143,11 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         for (name, kind) in names.iter().zip(&kinds) {
             has_data |= match kind {
                 FileKind::Table(_) | FileKind::Values(_) => true,
-                FileKind::Journal(_) => journal_holds_record(&*fs, &dir.join(name))?,
+                // Whichever build was creating it.
+                FileKind::Journal(n) => {
+                    journal_holds_record(&*fs, &dir.join(name), Framing::Numbered(*n))?
+                        || journal_holds_record(&*fs, &dir.join(name), Framing::Plain)?
+                }
                 _ => false,
             };
         }
@@ -141,6 +163,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             journal_floor: 0,
             next_file: 1,
             last_seqno: 0,
+            format: MANIFEST_FORMAT,
         }
     };
     let max_seen = kinds
@@ -186,7 +209,11 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     // opening), with nothing written after the torn record.
     let mut holds_writes = Vec::with_capacity(journals.len());
     for &n in &journals {
-        holds_writes.push(journal_holds_record(&*fs, &files::journal(&dir, n))?);
+        holds_writes.push(journal_holds_record(
+            &*fs,
+            &files::journal(&dir, n),
+            rec.framing(n),
+        )?);
     }
     let manifest_seqno = rec.last_seqno;
     let mut mem = Memtable::new(0);
@@ -197,6 +224,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             &*fs,
             &dir,
             n,
+            rec.framing(n),
             may_be_torn,
             &mut rec.last_seqno,
             &mut mem,
@@ -384,6 +412,7 @@ fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recove
         journal_floor: 0,
         next_file: 1,
         last_seqno: 0,
+        format: 0,
     };
     for (i, (offset, kind, payload)) in scan.records.iter().enumerate() {
         let bad = |d: String| Error::corruption(&path, *offset, d);
@@ -391,15 +420,15 @@ fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recove
             return Err(bad("manifest holds a non-edit record".into()));
         }
         let edit = Edit::decode(payload).map_err(bad)?;
-        if i == 0
-            && !edit
-                .format
-                .is_some_and(|f| (MANIFEST_FORMAT_MIN..=MANIFEST_FORMAT).contains(&f))
-        {
-            return Err(bad(format!(
-                "unsupported manifest format {:?} (this build reads {MANIFEST_FORMAT_MIN}..={MANIFEST_FORMAT})",
-                edit.format
-            )));
+        if i == 0 {
+            match edit.format {
+                Some(f) if (MANIFEST_FORMAT_MIN..=MANIFEST_FORMAT).contains(&f) => rec.format = f,
+                other => {
+                    return Err(bad(format!(
+                        "unsupported manifest format {other:?} (this build reads {MANIFEST_FORMAT_MIN}..={MANIFEST_FORMAT})",
+                    )));
+                }
+            }
         }
         let (v, _) = rec.version.apply(&edit, reaper).map_err(bad)?;
         rec.version = v;
@@ -466,9 +495,9 @@ fn check_files_present(dir: &Path, kinds: &[FileKind], rec: &Recovered) -> Resul
     Ok(())
 }
 
-/// True if the journal at `path` starts with an intact record. Reads one
-/// record, not the file.
-fn journal_holds_record(fs: &dyn Fs, path: &Path) -> Result<bool> {
+/// True if the journal at `path` starts with an intact record framed as
+/// `framing`. Reads one record, not the file.
+fn journal_holds_record(fs: &dyn Fs, path: &Path, framing: Framing) -> Result<bool> {
     let ctx = |e| Error::io(format!("reading journal {}", path.display()), e);
     let file = fs.open(path).map_err(ctx)?;
     let mut header = [0u8; log::HEADER_LEN];
@@ -476,12 +505,12 @@ fn journal_holds_record(fs: &dyn Fs, path: &Path) -> Result<bool> {
         return Ok(false);
     }
     file.read_exact_at(&mut header, 0).map_err(ctx)?;
-    let Some(len) = log::record_len(&header).filter(|&l| l as u64 <= file.len()) else {
+    let Some(len) = log::record_len(&header, framing).filter(|&l| l as u64 <= file.len()) else {
         return Ok(false);
     };
     let mut record = vec![0u8; len];
     file.read_exact_at(&mut record, 0).map_err(ctx)?;
-    Ok(log::starts_with_record(&record))
+    Ok(log::starts_with_record(&record, framing))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -489,6 +518,7 @@ fn replay_journal(
     fs: &dyn Fs,
     dir: &Path,
     number: u64,
+    framing: Framing,
     may_be_torn: bool,
     last_seqno: &mut u64,
     mem: &mut Memtable,
@@ -503,7 +533,7 @@ fn replay_journal(
     };
     let path: PathBuf = files::journal(dir, number);
     let data = read_settled(fs, &path, |d| {
-        log::scan(d, |_, _, _| true).tail == Tail::Clean
+        log::scan_framed(d, framing, |_, _, _| true).tail == Tail::Clean
     })
     .map_err(|e| Error::io(format!("reading journal {}", path.display()), e))?;
     // Damage is a torn tail unless an intact record after it continues
@@ -511,10 +541,12 @@ fn replay_journal(
     // damage; a stored value that happens to hold a record image does not
     // qualify) and its durability mark says some of those higher seqnos
     // had been synced, i.e. synced records were damaged.
-    let scan = log::scan(&data, journal_continues(*last_seqno));
+    let scan = log::scan_framed(&data, framing, journal_continues(*last_seqno));
     let records = match scan.tail {
         Tail::Clean => scan.records,
-        Tail::Torn { .. } | Tail::Damaged { .. } if sabotage_resync => log::scan_resync(&data),
+        Tail::Torn { .. } | Tail::Damaged { .. } if sabotage_resync => {
+            log::scan_resync(&data, framing)
+        }
         Tail::Torn { .. } if may_be_torn => scan.records,
         Tail::Torn { offset } => {
             return Err(Error::corruption(
@@ -618,12 +650,94 @@ fn flush_during_open(
 mod tests {
     use crate::format::batch as codec;
     use crate::format::key::Kind;
-    use crate::format::log::{RecordKind, encode_record};
     use crate::io::{Fs, MemFs};
     use crate::version::files;
     use crate::{Db, Options};
     use std::path::Path;
     use std::sync::Arc;
+
+    /// A database last written by a build of journal format 2 (manifest
+    /// format 2, plain marked-batch records) opens and replays its journal;
+    /// the open leaves a format-3 manifest and a numbered journal behind,
+    /// and a reopen reads both. A numbered record in a journal a format-2
+    /// manifest covers is not read (the framing comes from the manifest).
+    #[test]
+    fn journals_of_format_2_databases_replay_with_plain_framing() {
+        use crate::format::log::{RecordKind, encode_record, encode_record_parts};
+        use crate::format::manifest::Edit;
+        let dir = Path::new("/db");
+        let batch = |first: u64, key: &[u8]| {
+            let mut rep = codec::new_payload();
+            codec::push_op(&mut rep, Kind::Put, key, b"old");
+            codec::set_count(&mut rep, 1);
+            codec::set_seqno(&mut rep, first);
+            rep
+        };
+        // A format-2 manifest (floor 5) and journal 5 holding `journal`.
+        let build = |journal: Vec<u8>| {
+            let fs = MemFs::new();
+            fs.create_dir_all(dir).expect("mkdir");
+            let edit = Edit {
+                format: Some(2),
+                journal: Some(5),
+                next_file: Some(7),
+                last_seqno: Some(0),
+                ..Edit::default()
+            };
+            let mut manifest = Vec::new();
+            encode_record(&mut manifest, RecordKind::Edit, &edit.encode());
+            for (name, bytes) in [
+                (files::manifest_name(6), manifest),
+                ("000005.journal".to_string(), journal),
+                (
+                    "CURRENT".to_string(),
+                    files::current_contents(6).into_bytes(),
+                ),
+            ] {
+                let mut f = fs.create(&dir.join(name)).expect("create");
+                f.append(&bytes).expect("append");
+                f.sync().expect("sync");
+            }
+            Options {
+                fs: Arc::new(fs),
+                ..Options::default()
+            }
+        };
+
+        let mut plain = Vec::new();
+        for (first, key) in [(1u64, b"a"), (2, b"b")] {
+            let mark = (first - 1).to_le_bytes();
+            encode_record_parts(
+                &mut plain,
+                RecordKind::MarkedBatch,
+                0,
+                &mark,
+                &batch(first, key),
+            );
+        }
+        let opts = build(plain);
+        let db = Db::open(dir, opts.clone()).expect("open format 2");
+        assert_eq!(db.get("a").expect("get"), Some(b"old".to_vec()));
+        assert_eq!(db.get("b").expect("get"), Some(b"old".to_vec()));
+        db.put_opt("c", "new", &crate::WriteOptions { sync: true })
+            .expect("put");
+        drop(db);
+        let db = Db::open(dir, opts).expect("reopen as format 3");
+        for k in ["a", "b"] {
+            assert_eq!(db.get(k).expect("get"), Some(b"old".to_vec()), "{k}");
+        }
+        assert_eq!(db.get("c").expect("get"), Some(b"new".to_vec()));
+        drop(db);
+
+        let mut numbered = Vec::new();
+        codec::encode_journal_record(&mut numbered, 5, 0, &batch(1, b"a"));
+        let db = Db::open(dir, build(numbered)).expect("open");
+        assert_eq!(
+            db.get("a").expect("get"),
+            None,
+            "a numbered record under format 2"
+        );
+    }
 
     /// A journal record whose checksums hold but whose seqnos the engine
     /// never writes (empty batch, seqno 0, past SEQNO_MAX) is corruption,
@@ -646,7 +760,7 @@ mod tests {
             codec::set_count(&mut rep, ops);
             codec::set_seqno(&mut rep, first);
             let mut rec = Vec::new();
-            encode_record(&mut rec, RecordKind::Batch, &rep);
+            codec::encode_journal_record(&mut rec, 999, 0, &rep);
             let mut f = fs.create(&files::journal(dir, 999)).expect("journal");
             f.append(&rec).expect("append");
             f.sync().expect("sync");

@@ -286,7 +286,13 @@ impl Inner {
         let mut rep = Vec::new();
         for p in live() {
             if self.opts.sabotage.split_batches {
-                next = codec::encode_split(&mut buf, journal.synced_seqno, &p.rep, next);
+                next = codec::encode_split(
+                    &mut buf,
+                    journal.number,
+                    journal.synced_seqno,
+                    &p.rep,
+                    next,
+                );
                 placed.push(None);
                 continue;
             }
@@ -294,7 +300,7 @@ impl Inner {
             rep.extend_from_slice(&p.rep);
             codec::set_seqno(&mut rep, next);
             let at = buf.len() + codec::JOURNAL_BATCH_AT;
-            codec::encode_journal_record(&mut buf, journal.synced_seqno, &rep);
+            codec::encode_journal_record(&mut buf, journal.number, journal.synced_seqno, &rep);
             placed.push(Some(at..buf.len()));
             next += u64::from(p.count);
         }
