@@ -489,6 +489,8 @@ impl Db {
             stall_micros: inner.counters.stall_micros.load(Ordering::Relaxed),
             slowdown_micros: inner.counters.slowdown_micros.load(Ordering::Relaxed),
             journal_prewrites: inner.counters.prewrites.load(Ordering::Relaxed),
+            journals_recycled: inner.reaper.recycled.load(Ordering::Relaxed),
+            journals_free: inner.reaper.free.lock().len(),
             write_error: bg.error.as_ref().map(Error::to_string),
             background_paused: bg.paused.as_ref().map(Error::to_string),
             pinned: inner.pins.count(),
@@ -534,6 +536,11 @@ pub struct Stats {
     /// Times a synced commit pre-wrote the journal ahead of itself
     /// (`Options::journal_prewrite`).
     pub journal_prewrites: u64,
+    /// Journals made from free (recycled) journal files since open
+    /// (`Options::journal_recycle`).
+    pub journals_recycled: u64,
+    /// Free journal files kept for reuse now.
+    pub journals_free: usize,
     /// The failure that stopped writes (`Some` once the handle refuses
     /// writes), as text.
     pub write_error: Option<String>,

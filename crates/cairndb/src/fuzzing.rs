@@ -389,6 +389,7 @@ fn scratch_reaper() -> Arc<Reaper> {
     Arc::new(Reaper::new(
         Arc::new(MemFs::new()),
         PathBuf::from("/scratch"),
+        0,
         Box::new(|_| {}),
     ))
 }

@@ -21,8 +21,12 @@ pub const BLOCK_LEN_MAX: usize = 2 * VALUE_LEN_MAX;
 pub const MANIFEST_BYTES_MAX: u64 = 64 << 20;
 /// Largest seqno; the top 8 bits of a tag hold the entry kind.
 pub const SEQNO_MAX: u64 = (1 << 56) - 1;
+/// Most free journal files kept for reuse (`Options::journal_recycle`):
+/// one is taken at each seal, and a flush frees about one.
+pub const FREE_JOURNALS_MAX: usize = 2;
 
 const _: () = assert!(KEY_LEN_MAX <= u32::MAX as usize); // key lengths are stored as varint32
 const _: () = assert!(BATCH_BYTES_MAX <= u32::MAX as usize); // journal record lengths are u32
 const _: () = assert!(GROUP_BYTES_MAX < BATCH_BYTES_MAX); // a single batch may exceed a group
 const _: () = assert!(LEVELS >= 2); // L0 plus at least one sorted level
+const _: () = assert!(FREE_JOURNALS_MAX >= 1); // a seal finds one while a flush frees the next

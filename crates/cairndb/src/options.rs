@@ -70,6 +70,13 @@ pub struct Options {
     /// too (docs/architecture.md §Journal pre-writing). Unsynced writes
     /// never pre-write, so bulk loads write each byte once. Default true.
     pub journal_prewrite: bool,
+    /// Recycle journal files: an obsolete journal (flushed, no live value
+    /// left in it) is kept as `NNNNNN.free`, up to `limits::FREE_JOURNALS_MAX`
+    /// files, and the next journal is made from it, so appends overwrite
+    /// blocks already allocated and written instead of growing a new file
+    /// (docs/architecture.md §Journal recycling). The free files take disk
+    /// space: at most `FREE_JOURNALS_MAX` × `journal_bytes`. Default true.
+    pub journal_recycle: bool,
     /// Run compactions in a background thread (default true). When false,
     /// only `Db::compact` compacts: for tests that want a fixed shape.
     pub background_compaction: bool,
@@ -141,6 +148,7 @@ impl Options {
             value_gc_live_ratio: 0.5,
             direct_value_reads: false,
             journal_prewrite: true,
+            journal_recycle: true,
             background_compaction: true,
             sabotage: Sabotage::default(),
         }

@@ -77,6 +77,13 @@ impl Fs for Probe {
             fail_sync: is_manifest.then(|| self.fail_manifest_sync.clone()),
         }))
     }
+    fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn FileWrite>> {
+        Ok(Box::new(CountingWrite {
+            inner: self.inner.reuse(from, to)?,
+            syncs: self.syncs.clone(),
+            fail_sync: None,
+        }))
+    }
     fn open(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
         self.inner.open(path)
     }

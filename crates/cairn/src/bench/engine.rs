@@ -107,13 +107,17 @@ pub trait Engine: Send + Sync {
 ///   with direct IO instead of through the page cache;
 /// - `cairndb-append`: `journal_prewrite = false`, every synced commit
 ///   appends (grows the journal) instead of overwriting pre-written
-///   blocks (the control for journal pre-writing).
+///   blocks (the control for journal pre-writing);
+/// - `cairndb-norecycle`: `journal_recycle = false`, every journal is a
+///   new file and obsolete ones are deleted (the control for journal
+///   recycling).
 pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb",
     "cairndb-inline",
     "cairndb-nogc",
     "cairndb-direct",
     "cairndb-append",
+    "cairndb-norecycle",
 ];
 
 /// Overrides the separation threshold of every CairnDB variant that
@@ -161,6 +165,7 @@ pub fn cairn_options(
         "cairndb-nogc" => opts.value_gc_live_ratio = 0.0,
         "cairndb-direct" => opts.direct_value_reads = true,
         "cairndb-append" => opts.journal_prewrite = false,
+        "cairndb-norecycle" => opts.journal_recycle = false,
         _ => return None,
     }
     Some(opts)

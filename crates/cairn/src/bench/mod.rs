@@ -122,7 +122,8 @@ pub struct BenchArgs {
     /// Engines to run side by side, comma-separated: cairndb, its
     /// controls cairndb-inline (no key-value separation), cairndb-nogc
     /// (value GC's null policy), cairndb-direct (flushed values read
-    /// with direct IO) and cairndb-append (no journal pre-writing), and
+    /// with direct IO), cairndb-append (no journal pre-writing) and
+    /// cairndb-norecycle (no journal recycling), and
     /// the peers rocksdb, lmdb, fjall, redb,
     /// sled (each needs its cargo feature).
     #[arg(long, value_delimiter = ',', default_value = "cairndb")]

@@ -7,7 +7,8 @@
 //!   RSS, stalls, CPU cores other processes took meanwhile, latency,
 //!   OK/FAIL/SKIP and a note.
 //!   Where CairnDB ran beside its controls (`cairndb-inline`,
-//!   `cairndb-nogc`, `cairndb-direct`, `cairndb-append`), a block below the
+//!   `cairndb-nogc`, `cairndb-direct`, `cairndb-append`,
+//!   `cairndb-norecycle`), a block below the
 //!   table gives cairndb's rate over
 //!   each control's, per workload/phase.
 //! - `write_jsonl`: the same as JSON lines, appended to a file, for

@@ -792,6 +792,16 @@ impl Fs for MemFs {
         }))
     }
 
+    fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn FileWrite>> {
+        self.rename(from, to)?;
+        Ok(Box::new(MemWrite {
+            fs: self.clone(),
+            path: to.to_path_buf(),
+            node: self.node(to)?,
+            pos: 0,
+        }))
+    }
+
     fn open(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
         MemFs::fail(self.begin(OpKind::Open, path))?;
         Ok(Arc::new(MemRead {

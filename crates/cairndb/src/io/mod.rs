@@ -125,6 +125,11 @@ pub trait Fs: Send + Sync + 'static {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Creates `path`, truncating any existing file, for appending.
     fn create(&self, path: &Path) -> io::Result<Box<dyn FileWrite>>;
+    /// Renames the existing file `from` to `to` and opens it for writing
+    /// from its start over its old bytes, which stay until overwritten:
+    /// `len()` is 0 and `size()` the file's size, as after `prewrite`. A
+    /// recycled journal's appends then overwrite allocated blocks.
+    fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn FileWrite>>;
     /// Opens an existing file for reading.
     fn open(&self, path: &Path) -> io::Result<Arc<dyn FileRead>>;
     /// Opens an existing file for direct reads, which bypass the page cache

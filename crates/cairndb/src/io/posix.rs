@@ -172,6 +172,17 @@ impl Fs for PosixFs {
             written_back: 0,
         }))
     }
+    fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn FileWrite>> {
+        fs::rename(from, to)?;
+        let file = OpenOptions::new().write(true).open(to)?;
+        let size = file.metadata()?.len();
+        Ok(Box::new(PosixWrite {
+            file,
+            len: 0,
+            size,
+            written_back: 0,
+        }))
+    }
     fn open(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
         let file = File::open(path)?;
         let len = file.metadata()?.len();

@@ -105,9 +105,15 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         blocks.clone(),
     ));
     let evict_from = tables.clone();
+    let free_max = if opts.journal_recycle {
+        crate::limits::FREE_JOURNALS_MAX
+    } else {
+        0
+    };
     let reaper = Arc::new(Reaper::new(
         fs.clone(),
         dir.clone(),
+        free_max,
         Box::new(move |n| evict_from.evict(n)),
     ));
     let table_opts = TableOptions {
@@ -172,7 +178,8 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             FileKind::Manifest(n)
             | FileKind::Journal(n)
             | FileKind::Table(n)
-            | FileKind::Values(n) => Some(*n),
+            | FileKind::Values(n)
+            | FileKind::Free(n) => Some(*n),
             _ => None,
         })
         .max()
@@ -245,12 +252,27 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         rec.version = v;
     }
 
-    // A fresh journal, then a fresh manifest naming it as the floor.
+    // Free journal files found are kept for reuse, up to the bound.
+    {
+        let mut free = reaper.free.lock();
+        for (name, kind) in names.iter().zip(&kinds) {
+            if let FileKind::Free(n) = kind {
+                if free.len() < free_max {
+                    free.push(*n);
+                } else {
+                    let _ = fs.remove(&dir.join(name));
+                }
+            }
+        }
+    }
+
+    // A fresh journal (from a free file if one is kept), then a fresh
+    // manifest naming it as the floor.
     let journal_number = new_number();
-    let journal_path = files::journal(&dir, journal_number);
-    let journal_file = fs
-        .create(&journal_path)
-        .map_err(|e| Error::io(format!("creating {}", journal_path.display()), e))?;
+    let journal_file = reaper.new_journal(journal_number).map_err(|e| {
+        let path = files::journal(&dir, journal_number);
+        Error::io(format!("creating {}", path.display()), e)
+    })?;
     let manifest_number = new_number();
     let manifest = write_manifest(
         &*fs,
@@ -283,7 +305,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         fs: fs.clone(),
         table_opts,
         state: RwLock::new(State {
-            mem: Arc::new(Memtable::with_segment(SegmentFile::get(
+            mem: Arc::new(Memtable::with_segment(SegmentFile::new_journal(
                 &reaper,
                 journal_number,
             ))),

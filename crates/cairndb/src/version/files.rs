@@ -7,6 +7,7 @@
 //! | `NNNNNN.journal`   | write-ahead journal                     |
 //! | `NNNNNN.table`     | sorted table                            |
 //! | `NNNNNN.values`    | values a compaction moved out of a journal |
+//! | `NNNNNN.free`      | a journal file kept for reuse as a new journal |
 //! | `LOCK`             | held by the open handle                 |
 //! | `*.tmp`            | a file being written; deleted on open   |
 //!
@@ -29,6 +30,9 @@ pub fn table(dir: &Path, n: u64) -> PathBuf {
 pub fn values(dir: &Path, n: u64) -> PathBuf {
     dir.join(format!("{n:06}.values"))
 }
+pub fn free(dir: &Path, n: u64) -> PathBuf {
+    dir.join(format!("{n:06}.free"))
+}
 
 /// What a directory entry is, by name.
 #[derive(Debug, PartialEq, Eq)]
@@ -38,6 +42,7 @@ pub enum FileKind {
     Journal(u64),
     Table(u64),
     Values(u64),
+    Free(u64),
     Temp,
     Lock,
     Other,
@@ -64,6 +69,9 @@ pub fn parse(name: &str) -> FileKind {
     }
     if let Some(n) = name.strip_suffix(".values").and_then(|s| s.parse().ok()) {
         return FileKind::Values(n);
+    }
+    if let Some(n) = name.strip_suffix(".free").and_then(|s| s.parse().ok()) {
+        return FileKind::Free(n);
     }
     FileKind::Other
 }

@@ -28,8 +28,20 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 
-/// Deletes obsolete table and segment files; shared by every
-/// [`TableFile`] and [`SegmentFile`] of a database.
+/// Deletes obsolete table and segment files, or keeps obsolete journal
+/// files for reuse; shared by every [`TableFile`] and [`SegmentFile`] of a
+/// database.
+///
+/// Journal recycling: an obsolete journal this process created is renamed
+/// `NNNNNN.free` instead of deleted, while fewer than `free_max` are kept;
+/// a new journal is made from a free file when there is one
+/// ([`Reaper::new_journal`]), so its appends overwrite blocks the file
+/// system has already allocated and written: no size or allocation change
+/// for a synced append to commit, and no first-write conversion of
+/// unwritten extents (DESIGN.md, fact 2). The records of the file's old
+/// life stay behind the new ones until overwritten; their header checksums
+/// are seeded with the old journal number, so they never read as records
+/// of the new one (format.md §Log records).
 pub struct Reaper {
     pub fs: Arc<dyn Fs>,
     pub dir: PathBuf,
@@ -39,16 +51,70 @@ pub struct Reaper {
     /// The segment handles in use, so each segment has one
     /// (`SegmentFile::get`).
     pub segments: parking_lot::Mutex<HashMap<u64, Weak<SegmentFile>>>,
+    /// Numbers of the free journal files (`NNNNNN.free`) kept for reuse.
+    pub free: parking_lot::Mutex<Vec<u64>>,
+    /// Most free journal files kept (0: none, every obsolete journal is
+    /// deleted).
+    pub free_max: usize,
+    /// Journals made from free files.
+    pub recycled: std::sync::atomic::AtomicU64,
 }
 
 impl Reaper {
-    pub fn new(fs: Arc<dyn Fs>, dir: PathBuf, on_delete: Box<dyn Fn(u64) + Send + Sync>) -> Self {
+    pub fn new(
+        fs: Arc<dyn Fs>,
+        dir: PathBuf,
+        free_max: usize,
+        on_delete: Box<dyn Fn(u64) + Send + Sync>,
+    ) -> Self {
         Reaper {
             fs,
             dir,
             on_delete,
             segments: parking_lot::Mutex::new(HashMap::new()),
+            free: parking_lot::Mutex::new(Vec::new()),
+            free_max,
+            recycled: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Creates journal `number` for appending: from a free journal file
+    /// if one is kept (renamed, its old bytes overwritten as the journal
+    /// grows), else as a new file. The caller syncs the directory.
+    pub fn new_journal(&self, number: u64) -> std::io::Result<Box<dyn crate::io::FileWrite>> {
+        let path = files::journal(&self.dir, number);
+        loop {
+            let Some(free) = self.free.lock().pop() else {
+                break;
+            };
+            // A free file that cannot be reused (gone, unreadable) is
+            // skipped; a new file is the fallback.
+            if let Ok(file) = self.fs.reuse(&files::free(&self.dir, free), &path) {
+                self.recycled
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(file);
+            }
+        }
+        self.fs.create(&path)
+    }
+
+    /// Keeps obsolete journal `number` as a free file if fewer than
+    /// `free_max` are kept; `false` if it was not kept (delete it).
+    fn keep_free(&self, number: u64) -> bool {
+        let mut free = self.free.lock();
+        if free.len() >= self.free_max {
+            return false;
+        }
+        let from = files::journal(&self.dir, number);
+        if self
+            .fs
+            .rename(&from, &files::free(&self.dir, number))
+            .is_err()
+        {
+            return false;
+        }
+        free.push(number);
+        true
     }
 }
 
@@ -338,6 +404,7 @@ mod loom_model {
             let reaper = std::sync::Arc::new(Reaper::new(
                 std::sync::Arc::new(fs.clone()),
                 dir.clone(),
+                0,
                 Box::new(move |n| log.lock().push(n)),
             ));
             for n in 1..=3 {

@@ -24,6 +24,9 @@ pub struct SegmentFile {
     /// A second handle for direct reads (`Fs::open_direct`).
     direct: OnceLock<Arc<dyn FileRead>>,
     obsolete: AtomicBool,
+    /// A journal this process created (journal format 3, every record
+    /// numbered): kept for reuse when obsolete rather than deleted.
+    recyclable: AtomicBool,
     reaper: Arc<Reaper>,
 }
 
@@ -41,10 +44,20 @@ impl SegmentFile {
             reader: OnceLock::new(),
             direct: OnceLock::new(),
             obsolete: AtomicBool::new(false),
+            recyclable: AtomicBool::new(false),
             reaper: reaper.clone(),
         });
         map.insert(number, Arc::downgrade(&s));
         s
+    }
+
+    /// The handle of journal `number`, which this process has just
+    /// created: every record in it is numbered, so once obsolete its file
+    /// may be reused (`Reaper::new_journal`).
+    pub fn new_journal(reaper: &Arc<Reaper>, number: u64) -> Arc<SegmentFile> {
+        let segment = SegmentFile::get(reaper, number);
+        segment.recyclable.store(true, Ordering::Release);
+        segment
     }
 
     /// The handle of `slot`, opened (buffered or direct) on first use.
@@ -144,6 +157,9 @@ impl Drop for SegmentFile {
             }
         }
         if self.obsolete.load(Ordering::Acquire) {
+            if self.recyclable.load(Ordering::Acquire) && self.reaper.keep_free(self.number) {
+                return;
+            }
             // A failed delete leaves an orphan that the next open removes.
             let (fs, dir) = (&self.reaper.fs, &self.reaper.dir);
             if fs.remove(&files::journal(dir, self.number)).is_err() {

@@ -553,17 +553,19 @@ impl Inner {
         // holds: everything up to the published seqno is now durable.
         journal.synced_seqno = self.last_seqno.load(Ordering::Acquire);
         let number = self.new_file_number();
-        let path = files::journal(&self.dir, number);
         let new_file = self
-            .fs
-            .create(&path)
+            .reaper
+            .new_journal(number)
             .and_then(|f| self.sync_dir().map(|()| f))
-            .map_err(|e| Error::io(format!("creating journal {}", path.display()), e))?;
+            .map_err(|e| {
+                let path = files::journal(&self.dir, number);
+                Error::io(format!("creating journal {}", path.display()), e)
+            })?;
         journal.file = Some(new_file);
         journal.number = number;
         {
             let mut s = self.state.write();
-            let fresh = Memtable::with_segment(SegmentFile::get(&self.reaper, number));
+            let fresh = Memtable::with_segment(SegmentFile::new_journal(&self.reaper, number));
             let old = std::mem::replace(&mut s.mem, Arc::new(fresh));
             s.sealed.push(old);
         }
