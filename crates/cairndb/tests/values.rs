@@ -129,10 +129,16 @@ fn separated_values_read_back_through_every_path() {
     assert!(table_bytes(&db) > separated);
 }
 
+/// Segment lifetime, with value GC off so that compactions move no value
+/// and the journals themselves stay the segments.
 #[test]
 fn a_segment_lives_until_nothing_can_read_it() {
     let fs = MemFs::new();
-    let db = Db::open(dir(), opts(&fs, 1024)).expect("open");
+    let o = Options {
+        value_gc_live_ratio: 0.0,
+        ..opts(&fs, 1024)
+    };
+    let db = Db::open(dir(), o.clone()).expect("open");
     write_all(&db, 0);
     db.flush().expect("flush");
     let first = files_with(&fs, dir(), ".journal")[0].clone();
@@ -184,7 +190,7 @@ fn a_segment_lives_until_nothing_can_read_it() {
     );
     check_reads(&db, 2, "latest");
     db.close().expect("close");
-    let db = Db::open(dir(), opts(&fs, 1024)).expect("reopen");
+    let db = Db::open(dir(), o).expect("reopen");
     check_reads(&db, 2, "reopened");
     assert_eq!(db.stats().value_segments, 1);
 }
@@ -558,4 +564,64 @@ fn scans_match_a_model(direct: bool) {
     rear.reverse();
     front.extend(rear);
     assert_eq!(front, want, "both ends");
+}
+
+/// A full compaction settles separated values: every value still in a
+/// journal moves to a values file in key order, 4 KiB values each on a
+/// page of its own (so a point read is one page and a scan reads the file
+/// front to back). The journals are freed; under the null policy (value
+/// GC off) nothing moves.
+#[test]
+fn a_full_compaction_settles_values_in_key_order() {
+    for gc in [0.5, 0.0] {
+        let fs = MemFs::new();
+        let o = Options {
+            journal_bytes: 64 << 10,
+            value_gc_live_ratio: gc,
+            ..opts(&fs, 1024)
+        };
+        let db = Db::open(dir(), o.clone()).expect("open");
+        // Written in an order far from key order.
+        for i in (0..N).rev().step_by(2).chain((0..N).step_by(2)) {
+            db.put(key(i), value(i, 0, len_of(i))).expect("put");
+        }
+        let want: Vec<_> = (0..N).map(|i| (key(i), value(i, 0, len_of(i)))).collect();
+        db.compact().expect("compact");
+        assert_eq!(scan(&db).expect("scan"), want, "gc {gc}");
+        let values = files_with(&fs, dir(), ".values");
+        if gc == 0.0 {
+            assert!(values.is_empty(), "the null policy moved values");
+            continue;
+        }
+        assert_eq!(
+            db.stats().value_segments,
+            values.len(),
+            "only values files hold values"
+        );
+        // The large values in file order: each on a page boundary, keys
+        // ascending across the files.
+        let mut seen = Vec::new();
+        for name in &values {
+            let bytes = common::snapshot(&fs, dir())[name].clone();
+            assert_eq!(bytes.len() % BIG, 0, "{name}: {} bytes", bytes.len());
+            for page in bytes.chunks(BIG) {
+                let head = String::from_utf8_lossy(&page[..12]).to_string();
+                let i: usize = head
+                    .split('/')
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_else(|| panic!("{name}: page starts {head:?}"));
+                assert_eq!(page, &value(i, 0, BIG)[..], "{name}: value of key {i}");
+                seen.push(i);
+            }
+        }
+        let large: Vec<usize> = (0..N).filter(|&i| len_of(i) == BIG).collect();
+        assert_eq!(
+            seen, large,
+            "values files hold every large value once, in key order"
+        );
+        db.close().expect("close");
+        let db = Db::open(dir(), o).expect("reopen");
+        assert_eq!(scan(&db).expect("scan after reopen"), want);
+    }
 }

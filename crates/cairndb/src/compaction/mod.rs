@@ -172,7 +172,7 @@ fn compact(inner: &Inner, v: &Version, c: Compaction) -> Result<()> {
         edit.removed
             .extend(c.below.iter().map(|f| (out_level, f.number)));
         let all: Vec<_> = c.inputs.iter().chain(&c.below).cloned().collect();
-        merge(inner, v, &all, out_level)?.into_edit(&mut edit);
+        merge(inner, v, &all, out_level, false)?.into_edit(&mut edit);
     }
     inner.log_and_apply(edit, |_| {})?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
@@ -198,7 +198,7 @@ pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
         edit.removed.extend(files.iter().map(|f| (level, f.number)));
         all.extend(files.iter().cloned());
     }
-    merge(inner, &v, &all, target)?.into_edit(&mut edit);
+    merge(inner, &v, &all, target, true)?.into_edit(&mut edit);
     inner.log_and_apply(edit, |_| {})?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
     Ok(())
@@ -235,15 +235,18 @@ struct Created {
     values: Vec<u64>,
 }
 
-/// Merges `inputs` into new tables for `out_level`.
+/// Merges `inputs` into new tables for `out_level`. With `settle`, every
+/// separated value still in a journal moves to a values file, in key
+/// order (a full compaction, unless value GC is off).
 fn merge(
     inner: &Inner,
     v: &Version,
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
+    settle: bool,
 ) -> Result<Merged> {
     let mut created = Created::default();
-    merge_into(inner, v, inputs, out_level, &mut created).inspect_err(|_| {
+    merge_into(inner, v, inputs, out_level, settle, &mut created).inspect_err(|_| {
         // Frees the space of the outputs written so far (the next open
         // would delete them anyway): a full device is retried later.
         for n in &created.tables {
@@ -267,6 +270,25 @@ struct ValuesOut {
 /// Most moves read together, and most bytes they may hold.
 const MOVES_MAX: usize = 256;
 const MOVES_BYTES_MAX: u64 = 8 << 20;
+/// Page size values are aligned to in values files.
+const PAGE: u64 = crate::io::DIRECT_ALIGN as u64;
+
+/// Zero bytes to write before a value of `len` bytes that would start at
+/// `offset` of a values file, so that it spans no more pages than its
+/// length needs: a point read of it is then one page read fewer (a 4 KiB
+/// value in one page, not two). Only when that costs at most an eighth of
+/// its length: 4 KiB values line up with no padding at all after the
+/// first; values of a page and a bit are left where they fall.
+fn padding(offset: u64, len: u64) -> u64 {
+    let spanned = (offset % PAGE + len).div_ceil(PAGE);
+    let needed = len.div_ceil(PAGE);
+    let pad = offset.next_multiple_of(PAGE) - offset;
+    if spanned > needed && pad <= len / 8 {
+        pad
+    } else {
+        0
+    }
+}
 
 /// Value GC's moves: each value gets its new place (the current values
 /// file, at the next offset) as soon as the merge meets it, so the table
@@ -276,8 +298,9 @@ const MOVES_BYTES_MAX: u64 = 8 << 20;
 #[derive(Default)]
 struct Moves {
     out: Vec<ValuesOut>,
-    /// Values given a place in `out.last()` and not yet copied.
-    pending: Vec<(std::sync::Arc<SegmentFile>, ValuePtr)>,
+    /// Values given a place in `out.last()` and not yet copied, with the
+    /// zero bytes to write before each.
+    pending: Vec<(std::sync::Arc<SegmentFile>, ValuePtr, u64)>,
     pending_bytes: u64,
 }
 
@@ -315,14 +338,15 @@ impl Moves {
         let Some(o) = self.out.last_mut() else {
             return Err(Error::InvalidArgument("internal: no values file".into()));
         };
+        let pad = padding(o.bytes, u64::from(ptr.len));
         let moved = ValuePtr {
             segment: o.number,
-            offset: o.bytes,
+            offset: o.bytes + pad,
             ..ptr
         };
-        o.bytes += u64::from(ptr.len);
-        self.pending_bytes += u64::from(ptr.len);
-        self.pending.push((seg, ptr));
+        o.bytes += pad + u64::from(ptr.len);
+        self.pending_bytes += pad + u64::from(ptr.len);
+        self.pending.push((seg, ptr, pad));
         if self.pending.len() >= MOVES_MAX || self.pending_bytes >= MOVES_BYTES_MAX {
             self.drain(inner)?;
         }
@@ -338,7 +362,7 @@ impl Moves {
         let pending = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
         let (tx, rx) = crossbeam_channel::unbounded();
-        for (i, (seg, ptr)) in pending.iter().enumerate() {
+        for (i, (seg, ptr, _)) in pending.iter().enumerate() {
             let (seg, ptr, tx) = (seg.clone(), *ptr, tx.clone());
             inner.workers.run(move || {
                 let _ = tx.send((i, seg.read(&ptr, true)));
@@ -353,7 +377,14 @@ impl Moves {
         let Some(o) = self.out.last_mut() else {
             return Err(Error::InvalidArgument("internal: no values file".into()));
         };
-        for ((seg, ptr), got) in pending.iter().zip(values) {
+        // The batch's values and padding, appended in one write.
+        let mut buf = Vec::with_capacity(
+            pending
+                .iter()
+                .map(|(_, p, pad)| *pad as usize + p.len as usize)
+                .sum(),
+        );
+        for ((seg, ptr, pad), got) in pending.iter().zip(values) {
             let path = files::journal(&inner.dir, ptr.segment);
             // A value whose reader was lost (it panicked) is read here.
             let got = got.unwrap_or_else(|| seg.read(ptr, true));
@@ -380,13 +411,15 @@ impl Moves {
                     ));
                 }
             };
-            o.file.append(&value).map_err(|e| {
-                Error::io(
-                    format!("writing {}", files::values(&inner.dir, o.number).display()),
-                    e,
-                )
-            })?;
+            buf.resize(buf.len() + *pad as usize, 0);
+            buf.extend_from_slice(&value);
         }
+        o.file.append(&buf).map_err(|e| {
+            Error::io(
+                format!("writing {}", files::values(&inner.dir, o.number).display()),
+                e,
+            )
+        })?;
         Ok(())
     }
 }
@@ -397,6 +430,7 @@ fn merge_into(
     v: &Version,
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
+    settle: bool,
     created: &mut Created,
 ) -> Result<Merged> {
     let oldest_snapshot = inner.oldest_snapshot();
@@ -454,14 +488,18 @@ fn merge_into(
             writer = Some((number, TableWriter::new(file, path, &inner.table_opts)));
         }
         // Value GC: a pointer into a segment that is mostly dead moves its
-        // value to this compaction's values file.
+        // value to this compaction's values file; settling also moves
+        // every value still in a journal (written in arrival order), so
+        // the values file holds them in key order. The null policy
+        // (ratio 0) moves nothing.
         let gc = inner.opts.value_gc_live_ratio;
         let moving = (gc > 0.0 && key::tag_kind(tag) == Kind::Pointer as u8)
             .then(|| ValuePtr::decode(merged.value()))
             .flatten()
             .and_then(|p| {
                 let seg = v.segments.get(&p.segment)?;
-                seg.mostly_dead(gc).then(|| (p, seg.file.clone()))
+                (seg.mostly_dead(gc) || (settle && seg.file.is_journal()))
+                    .then(|| (p, seg.file.clone()))
             });
         if let Some((ptr, seg)) = moving {
             let to = moves.add(inner, seg, ptr, created)?;
@@ -514,4 +552,45 @@ fn finish(inner: &Inner, writer: Option<(u64, TableWriter)>, level: usize) -> Re
         smallest: s.smallest,
         largest: s.largest,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PAGE, padding};
+
+    /// Values are padded onto page boundaries only where that saves a
+    /// page per read and costs at most an eighth of the value.
+    #[test]
+    fn values_are_padded_to_pages_only_when_it_pays() {
+        // A 4 KiB value: aligned as it is, or padded onto the next page
+        // when the padding is small (a read then takes one page, not two).
+        assert_eq!(padding(0, PAGE), 0);
+        assert_eq!(padding(8 * PAGE, PAGE), 0);
+        assert_eq!(padding(PAGE - 100, PAGE), 100);
+        // Padding of more than an eighth of the value is not paid.
+        assert_eq!(padding(100, PAGE), 0);
+        // A value that fits in the rest of its page needs none.
+        assert_eq!(padding(100, 3000), 0);
+        // 3000 bytes across a boundary: the 1096 bytes to align it are
+        // more than an eighth of it.
+        assert_eq!(padding(3000, 3000), 0);
+        // 7.9 KiB straddling three pages, two would do: 200 bytes pad it.
+        assert_eq!(padding(PAGE - 200, 2 * PAGE - 100), 200);
+        // A small value crossing a page only for its last few bytes moves
+        // onto the next page; one crossing further stays.
+        assert_eq!(padding(1, 100), 0);
+        assert_eq!(padding(PAGE - 1, 100), 1);
+        assert_eq!(padding(PAGE - 50, 100), 0);
+        // Every padded value spans exactly the pages its length needs.
+        for off in (0..3 * PAGE).step_by(97) {
+            for len in [1000, PAGE, PAGE + 1, 3 * PAGE - 7] {
+                let pad = padding(off, len);
+                let at = off + pad;
+                if pad > 0 {
+                    assert_eq!((at % PAGE + len).div_ceil(PAGE), len.div_ceil(PAGE));
+                    assert!(pad <= len / 8);
+                }
+            }
+        }
+    }
 }

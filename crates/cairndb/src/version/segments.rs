@@ -27,6 +27,8 @@ pub struct SegmentFile {
     /// A journal this process created (journal format 3, every record
     /// numbered): kept for reuse when obsolete rather than deleted.
     recyclable: AtomicBool,
+    /// Whether the segment is a journal (else a values file), once asked.
+    journal: OnceLock<bool>,
     reaper: Arc<Reaper>,
 }
 
@@ -45,6 +47,7 @@ impl SegmentFile {
             direct: OnceLock::new(),
             obsolete: AtomicBool::new(false),
             recyclable: AtomicBool::new(false),
+            journal: OnceLock::new(),
             reaper: reaper.clone(),
         });
         map.insert(number, Arc::downgrade(&s));
@@ -140,6 +143,16 @@ impl SegmentFile {
             .handle(&self.reader, false)?
             .read_cached(&mut buf, offset)?;
         Ok(hit.then_some(buf))
+    }
+
+    /// True if the segment is a journal (values in write order), false if
+    /// it is a values file (values a compaction wrote, in key order).
+    pub fn is_journal(&self) -> bool {
+        *self.journal.get_or_init(|| {
+            self.reaper
+                .fs
+                .exists(&files::journal(&self.reaper.dir, self.number))
+        })
     }
 
     pub fn mark_obsolete(&self) {
