@@ -1,5 +1,5 @@
 //! Worker threads of one database, taking jobs from one queue (a
-//! crossbeam channel): device reads of scans (`ReadView::load_many` hands
+//! crossbeam channel): device reads of scans (`ReadView::load_start` hands
 //! them the runs the page cache does not hold, so a scan keeps many reads
 //! in flight) and of value GC, and the memtable inserts of a synced group
 //! while its leader waits for the journal's fdatasync. A thread is started

@@ -462,6 +462,51 @@ fn scans_read_neighbouring_values_together() {
     fs.set_hook(None);
 }
 
+/// A damaged value in a window read ahead while the one before it is
+/// consumed (past the first 127 entries of a scan), both ways: the scan
+/// yields every entry before it, then the error, then ends.
+#[test]
+fn a_damaged_value_read_ahead_ends_a_scan_at_its_key() {
+    let fs = MemFs::new();
+    let db = Db::open(dir(), opts(&fs, 1024)).expect("open");
+    let n = 500;
+    for i in 0..n {
+        db.put(key(i), value(i, 0, BIG)).expect("put");
+    }
+    db.flush().expect("flush");
+    db.close().expect("close");
+    let victim = 300;
+    let (name, at) = find_in_journals(&fs, &value(victim, 0, BIG));
+    assert!(fs.mutate_byte(&dir().join(&name), at + 100, |b| b ^ 0x01));
+    let db = Db::open(dir(), opts(&fs, 1024)).expect("open");
+    let forward: Vec<_> = db.iter().collect();
+    let mut backward: Vec<_> = db.iter().rev().collect();
+    for (got, before, dir) in [
+        (&forward, victim, "forward"),
+        (&mut backward, n - 1 - victim, "backward"),
+    ] {
+        assert_eq!(
+            got.len(),
+            before + 1,
+            "{dir}: entries before the damage, then the error"
+        );
+        for (j, g) in got[..before].iter().enumerate() {
+            let i = if dir == "forward" { j } else { n - 1 - j };
+            assert_eq!(
+                g.as_ref().expect("entry before the damage"),
+                &(key(i), value(i, 0, BIG)),
+                "{dir}"
+            );
+        }
+        match &got[before] {
+            Err(Error::Corruption { detail, .. }) => {
+                assert!(detail.contains("checksum"), "{detail}")
+            }
+            other => panic!("{dir}: expected corruption at the damaged key, got {other:?}"),
+        }
+    }
+}
+
 /// A damaged value inside a read-ahead window: the scan yields every entry
 /// before it, then the error, then ends.
 #[test]

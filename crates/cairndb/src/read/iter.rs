@@ -5,10 +5,12 @@
 //! `next_back` each drive their own merge cursor (built on first use); they
 //! stop when they meet, so the two ends together yield each key once. Each
 //! end reads ahead a window of entries and loads their separated values
-//! together ([`Ahead`], `ReadView::load_many`).
+//! together ([`Ahead`], `ReadView::load_start`); a long scan loads the next
+//! window while the caller consumes the current one.
 
 use super::ReadView;
 use super::cursor::{Cursor, Dir, LevelCursor, MemCursor, MergeCursor, table_cursor};
+use super::prefetch::Loading;
 use crate::Result;
 use crate::format::key::{self, Kind};
 use crate::format::vptr::ValuePtr;
@@ -43,15 +45,17 @@ pub struct Iter {
 ///
 /// Each refill reads up to `window` entries (and `WINDOW_BYTES_MAX` bytes
 /// of values) from the merge, then loads the separated values among them
-/// together (`ReadView::load_many`: one request per run of neighbouring
+/// together (`ReadView::load_start`: one request per run of neighbouring
 /// values, runs read in parallel). The window starts at one entry, so a
 /// short scan reads nothing it does not yield, and doubles per refill up
 /// to `WINDOW_MAX`, so a long scan keeps the device busy.
 struct Ahead {
     queue: VecDeque<Result<KeyValue>>,
     window: usize,
-    /// The merge has ended (or failed): no refill.
+    /// The merge has ended (or failed): nothing more to take from it.
     ended: bool,
+    /// The next window, its values loading while `queue` is consumed.
+    inflight: Option<Window>,
 }
 
 impl Ahead {
@@ -60,14 +64,30 @@ impl Ahead {
             queue: VecDeque::new(),
             window: 1,
             ended: false,
+            inflight: None,
         }
     }
 }
 
+/// Entries taken from a merge whose values are loading.
+struct Window {
+    raw: Vec<Raw>,
+    loading: Option<Loading>,
+    /// The merge failed after `raw`: queued after them.
+    failed: Option<crate::Error>,
+}
+
 /// Most entries one refill reads ahead.
 pub const WINDOW_MAX: usize = 256;
-/// Most value bytes one refill reads ahead (bounds an iterator's memory).
+/// Most value bytes one refill reads ahead. With the window in flight
+/// behind it (`PREFETCH_WINDOW_MIN`), an iterator end holds at most twice
+/// this.
 pub const WINDOW_BYTES_MAX: usize = 4 << 20;
+/// Window size from which the next window's values are loaded while the
+/// current one is consumed: only scans that have already yielded this
+/// many entries read ahead of what they yield, so a short scan reads
+/// nothing it does not yield, and a long one at most one window more.
+pub const PREFETCH_WINDOW_MIN: usize = 64;
 
 /// An entry whose value is not loaded yet: user key, kind, stored value.
 type Raw = (Vec<u8>, u8, Vec<u8>);
@@ -300,15 +320,42 @@ impl Iter {
         }
     }
 
-    /// Reads up to a window of entries from one end and loads their
-    /// values; a failure is queued after the entries before it.
-    fn refill(&mut self, dir: Dir) {
-        let ahead = match dir {
+    fn ahead(&mut self, dir: Dir) -> &mut Ahead {
+        match dir {
             Dir::Forward => &mut self.front_ahead,
             Dir::Backward => &mut self.back_ahead,
+        }
+    }
+
+    /// Queues the next window of entries of one end with their values: the
+    /// window in flight if there is one, else one read now. Then, for long
+    /// scans, starts loading the window after it, so that its device reads
+    /// overlap the caller's use of this one. A failure is queued after the
+    /// entries before it.
+    fn refill(&mut self, dir: Dir) {
+        let window = match self.ahead(dir).inflight.take() {
+            Some(w) => w,
+            None => match self.take_window(dir, false) {
+                Some(w) => w,
+                None => return,
+            },
         };
+        let size = self.ahead(dir).window;
+        let next = (size > PREFETCH_WINDOW_MIN)
+            .then(|| self.take_window(dir, true))
+            .flatten();
+        self.queue_window(dir, window);
+        self.ahead(dir).inflight = next;
+    }
+
+    /// Takes up to a window of entries from one end's merge and starts
+    /// loading their separated values (`overlap`: every device read on
+    /// the worker threads, the caller has other work meanwhile); `None`
+    /// once the merge has ended.
+    fn take_window(&mut self, dir: Dir, overlap: bool) -> Option<Window> {
+        let ahead = self.ahead(dir);
         if ahead.ended {
-            return;
+            return None;
         }
         let window = ahead.window;
         ahead.window = (window * 2).min(WINDOW_MAX);
@@ -337,23 +384,29 @@ impl Iter {
                 }
             }
         }
-        let pointers: Vec<&[u8]> = raw
+        self.ahead(dir).ended = ended;
+        let pointers: Vec<Vec<u8>> = raw
             .iter()
             .filter(|(_, kind, _)| *kind == Kind::Pointer as u8)
-            .map(|(_, _, stored)| stored.as_slice())
+            .map(|(_, _, stored)| stored.clone())
             .collect();
-        let mut loaded = if pointers.is_empty() {
-            Vec::new()
-        } else {
-            self.view.load_many(&pointers)
-        }
-        .into_iter();
-        let ahead = match dir {
-            Dir::Forward => &mut self.front_ahead,
-            Dir::Backward => &mut self.back_ahead,
-        };
-        ahead.ended = ended;
-        for (user, kind, stored) in raw {
+        let loading = (!pointers.is_empty()).then(|| self.view.load_start(pointers, overlap));
+        Some(Window {
+            raw,
+            loading,
+            failed,
+        })
+    }
+
+    /// Waits for a window's values and queues its entries.
+    fn queue_window(&mut self, dir: Dir, w: Window) {
+        let mut loaded = w
+            .loading
+            .map(|l| self.view.load_finish(l))
+            .unwrap_or_default()
+            .into_iter();
+        let ahead = self.ahead(dir);
+        for (user, kind, stored) in w.raw {
             let value = if kind == Kind::Pointer as u8 {
                 loaded.next().unwrap_or_else(|| {
                     Err(crate::Error::Poisoned("internal: value not loaded".into()))
@@ -363,7 +416,7 @@ impl Iter {
             };
             ahead.queue.push_back(value.map(|v| (user, v)));
         }
-        if let Some(e) = failed {
+        if let Some(e) = w.failed {
             ahead.queue.push_back(Err(e));
         }
     }

@@ -1,7 +1,7 @@
 //! Reading the values of many pointers at once, for iterators.
 //!
 //! A scan over separated values would pay one device round trip per value
-//! if it loaded each value as it met it. [`ReadView::load_many`] takes a
+//! if it loaded each value as it met it. [`ReadView::load_start`] takes a
 //! window of pointers instead, sorts them by segment and offset, and merges
 //! neighbours into runs: one request per run, gaps of at most
 //! [`RUN_GAP_MAX`] read and dropped, a run at most [`RUN_BYTES_MAX`]. Values
@@ -42,10 +42,27 @@ type Loaded = Vec<(usize, Result<Vec<u8>>)>;
 /// not match its pointer (the caller then goes through `ReadView::load`).
 type Checked = Vec<(usize, Option<Vec<u8>>)>;
 
+/// Values being loaded: what was read already, and the device runs in
+/// flight on the worker threads ([`ReadView::load_start`]).
+pub struct Loading {
+    /// The pointers, as the caller gave them.
+    encoded: Vec<Vec<u8>>,
+    loaded: Loaded,
+    /// Results of the runs handed to worker threads.
+    rx: Option<crossbeam_channel::Receiver<Checked>>,
+    /// Indices whose values a worker was asked for.
+    asked: Vec<usize>,
+}
+
 impl ReadView {
-    /// The values `encoded` pointers name, in order, each as
-    /// [`ReadView::load`] would return it (same values, same errors).
-    pub fn load_many(&self, encoded: &[&[u8]]) -> Vec<Result<Vec<u8>>> {
+    /// Starts loading the values `encoded` pointers name: what the page
+    /// cache holds is read now, device runs go to the worker threads —
+    /// all of them if `overlap` (the caller has other work meanwhile: an
+    /// iterator yields the window before), else all but a lone one, which
+    /// is read here. [`ReadView::load_finish`] waits for them and returns
+    /// the values, each as [`ReadView::load`] would (same values, same
+    /// errors).
+    pub fn load_start(&self, encoded: Vec<Vec<u8>>, overlap: bool) -> Loading {
         let mut loaded: Loaded = Vec::with_capacity(encoded.len());
         let mut ptrs = Vec::with_capacity(encoded.len());
         for (i, e) in encoded.iter().enumerate() {
@@ -78,7 +95,7 @@ impl ReadView {
         }
         // Runs the page cache holds (a journal still written to, or a
         // flushed segment's cached pages) are read here; the rest go to
-        // the reader threads.
+        // the worker threads.
         let mut device = Vec::new();
         for run in runs {
             let got = match self.segment(run.segment) {
@@ -101,11 +118,69 @@ impl ReadView {
                 Some((seg, false)) => run.read(seg, false),
                 None => run.slice(None),
             };
-            self.settle(got, &mut loaded, encoded);
+            self.settle(got, &mut loaded, &encoded);
         }
-        self.read_on_readers(device, &mut loaded, encoded);
-        let mut out: Vec<Option<Result<Vec<u8>>>> = encoded.iter().map(|_| None).collect();
-        for (i, v) in loaded {
+        let mut loading = Loading {
+            encoded,
+            loaded,
+            rx: None,
+            asked: Vec::new(),
+        };
+        self.dispatch(device, &mut loading, overlap);
+        loading
+    }
+
+    /// Hands `runs` of flushed segments to the worker threads (reads a
+    /// lone one here unless `overlap`).
+    fn dispatch(&self, runs: Vec<Run>, loading: &mut Loading, overlap: bool) {
+        let direct = self.direct_reads;
+        if let [run] = &runs[..]
+            && !overlap
+        {
+            let got = match self.segment(run.segment) {
+                Some((seg, _)) => run.read(seg, direct),
+                None => run.slice(None),
+            };
+            self.settle(got, &mut loading.loaded, &loading.encoded);
+            return;
+        }
+        if runs.is_empty() {
+            return;
+        }
+        let (tx, rx) = crossbeam_channel::unbounded::<Checked>();
+        for run in runs {
+            let Some((seg, _)) = self.segment(run.segment) else {
+                self.settle(run.slice(None), &mut loading.loaded, &loading.encoded);
+                continue;
+            };
+            loading.asked.extend(run.members.iter().map(|&(i, _)| i));
+            let (seg, tx) = (seg.clone(), tx.clone());
+            self.workers.run(move || {
+                let _ = tx.send(run.read(&seg, direct));
+            });
+        }
+        // Every job holds a sender and drops it when done (also if it
+        // panicked): once all are gone, the receiver's `iter` ends.
+        loading.rx = Some(rx);
+    }
+
+    /// Waits for the values [`ReadView::load_start`] dispatched; returns
+    /// every value, in the order of the pointers.
+    pub fn load_finish(&self, mut loading: Loading) -> Vec<Result<Vec<u8>>> {
+        if let Some(rx) = loading.rx.take() {
+            let mut answered = vec![false; loading.encoded.len()];
+            for got in rx.iter() {
+                for &(i, _) in &got {
+                    answered[i] = true;
+                }
+                self.settle(got, &mut loading.loaded, &loading.encoded);
+            }
+            for &i in loading.asked.iter().filter(|&&i| !answered[i]) {
+                loading.loaded.push((i, self.load(&loading.encoded[i])));
+            }
+        }
+        let mut out: Vec<Option<Result<Vec<u8>>>> = loading.encoded.iter().map(|_| None).collect();
+        for (i, v) in loading.loaded {
             out[i] = Some(v);
         }
         out.into_iter()
@@ -115,53 +190,13 @@ impl ReadView {
             .collect()
     }
 
-    /// Reads `runs` of flushed segments on the reader threads (here if
-    /// there is only one) and waits for all of them.
-    fn read_on_readers(&self, runs: Vec<Run>, loaded: &mut Loaded, encoded: &[&[u8]]) {
-        let direct = self.direct_reads;
-        if let [run] = &runs[..] {
-            let got = match self.segment(run.segment) {
-                Some((seg, _)) => run.read(seg, direct),
-                None => run.slice(None),
-            };
-            self.settle(got, loaded, encoded);
-            return;
-        }
-        let (tx, rx) = crossbeam_channel::unbounded::<Checked>();
-        let mut asked = Vec::new();
-        for run in runs {
-            asked.extend(run.members.iter().map(|&(i, _)| i));
-            let Some((seg, _)) = self.segment(run.segment) else {
-                self.settle(run.slice(None), loaded, encoded);
-                continue;
-            };
-            let (seg, tx) = (seg.clone(), tx.clone());
-            self.workers.run(move || {
-                let _ = tx.send(run.read(&seg, direct));
-            });
-        }
-        // Every job holds a sender and drops it when done (also if it
-        // panicked): once all are gone, `iter` ends.
-        drop(tx);
-        let mut answered = vec![false; encoded.len()];
-        for got in rx.iter() {
-            for &(i, _) in &got {
-                answered[i] = true;
-            }
-            self.settle(got, loaded, encoded);
-        }
-        for i in asked.into_iter().filter(|&i| !answered[i]) {
-            loaded.push((i, self.load(encoded[i])));
-        }
-    }
-
     /// Turns what a reader got into results: a value that could not be
     /// read or does not match goes through `load`, which re-reads it and
     /// names the damage.
-    fn settle(&self, got: Checked, loaded: &mut Loaded, encoded: &[&[u8]]) {
+    fn settle(&self, got: Checked, loaded: &mut Loaded, encoded: &[Vec<u8>]) {
         loaded.extend(got.into_iter().map(|(i, v)| match v {
             Some(v) => (i, Ok(v)),
-            None => (i, self.load(encoded[i])),
+            None => (i, self.load(&encoded[i])),
         }));
     }
 }
