@@ -84,9 +84,10 @@ pub const WINDOW_MAX: usize = 256;
 /// this.
 pub const WINDOW_BYTES_MAX: usize = 4 << 20;
 /// Window size from which the next window's values are loaded while the
-/// current one is consumed: only scans that have already yielded this
-/// many entries read ahead of what they yield, so a short scan reads
-/// nothing it does not yield, and a long one at most one window more.
+/// current one is consumed (if the current one had separated values):
+/// only scans that have already yielded this many entries read ahead of
+/// what they yield, so a short scan reads nothing it does not yield, and
+/// a long one at most one window more.
 pub const PREFETCH_WINDOW_MIN: usize = 64;
 
 /// An entry whose value is not loaded yet: user key, kind, stored value.
@@ -340,8 +341,10 @@ impl Iter {
                 None => return,
             },
         };
+        // Only a window with separated values has reads to overlap; for
+        // inline values, taking the next window early is only extra work.
         let size = self.ahead(dir).window;
-        let next = (size > PREFETCH_WINDOW_MIN)
+        let next = (size > PREFETCH_WINDOW_MIN && window.loading.is_some())
             .then(|| self.take_window(dir, true))
             .flatten();
         self.queue_window(dir, window);
