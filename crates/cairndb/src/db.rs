@@ -101,6 +101,7 @@ pub(crate) struct Counters {
     pub stall_micros: AtomicU64,
     pub slowdown_micros: AtomicU64,
     pub prewrites: AtomicU64,
+    pub value_bytes_moved: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -489,6 +490,7 @@ impl Db {
             stall_micros: inner.counters.stall_micros.load(Ordering::Relaxed),
             slowdown_micros: inner.counters.slowdown_micros.load(Ordering::Relaxed),
             journal_prewrites: inner.counters.prewrites.load(Ordering::Relaxed),
+            value_bytes_moved: inner.counters.value_bytes_moved.load(Ordering::Relaxed),
             journals_recycled: inner.reaper.recycled.load(Ordering::Relaxed),
             journals_free: inner.reaper.free.lock().len(),
             write_error: bg.error.as_ref().map(Error::to_string),
@@ -536,6 +538,9 @@ pub struct Stats {
     /// Times a synced commit pre-wrote the journal ahead of itself
     /// (`Options::journal_prewrite`).
     pub journal_prewrites: u64,
+    /// Separated value bytes compactions moved to values files since
+    /// open (value GC and settling).
+    pub value_bytes_moved: u64,
     /// Journals made from free (recycled) journal files since open
     /// (`Options::journal_recycle`).
     pub journals_recycled: u64,

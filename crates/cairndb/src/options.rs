@@ -55,6 +55,13 @@ pub struct Options {
     /// the null policy: a segment is freed only when all its values are
     /// dead. Default 0.5.
     pub value_gc_live_ratio: f64,
+    /// Most value bytes one background compaction moves (value GC). A
+    /// compaction that meets more stops moving for the rest of its run;
+    /// later compactions move the rest. Bounds how much a level-0
+    /// compaction, which writers may be waiting for, reads and writes
+    /// beyond its tables. A full compaction (`Db::compact`) is not
+    /// bounded. Default 64 MiB.
+    pub value_gc_bytes_per_compaction: u64,
     /// Read flushed separated values with direct IO (one aligned read
     /// around each value, bypassing the page cache): for data far larger
     /// than memory, where caching values only evicts other pages. Default
@@ -146,6 +153,7 @@ impl Options {
             journal_bytes: 64 << 20,
             value_separation_min: VALUE_SEPARATION_MIN_DEFAULT,
             value_gc_live_ratio: 0.5,
+            value_gc_bytes_per_compaction: 64 << 20,
             direct_value_reads: false,
             journal_prewrite: true,
             journal_recycle: true,

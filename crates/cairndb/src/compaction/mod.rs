@@ -302,6 +302,8 @@ struct Moves {
     /// zero bytes to write before each.
     pending: Vec<(std::sync::Arc<SegmentFile>, ValuePtr, u64)>,
     pending_bytes: u64,
+    /// Value bytes given a place so far.
+    moved_bytes: u64,
 }
 
 impl Moves {
@@ -346,6 +348,7 @@ impl Moves {
         };
         o.bytes += pad + u64::from(ptr.len);
         self.pending_bytes += pad + u64::from(ptr.len);
+        self.moved_bytes += u64::from(ptr.len);
         self.pending.push((seg, ptr, pad));
         if self.pending.len() >= MOVES_MAX || self.pending_bytes >= MOVES_BYTES_MAX {
             self.drain(inner)?;
@@ -492,8 +495,11 @@ fn merge_into(
         // every value still in a journal (written in arrival order), so
         // the values file holds them in key order. The null policy
         // (ratio 0) moves nothing.
+        // A background compaction moves at most
+        // `value_gc_bytes_per_compaction`; later ones move the rest.
         let gc = inner.opts.value_gc_live_ratio;
-        let moving = (gc > 0.0 && key::tag_kind(tag) == Kind::Pointer as u8)
+        let budget = settle || moves.moved_bytes < inner.opts.value_gc_bytes_per_compaction;
+        let moving = (gc > 0.0 && budget && key::tag_kind(tag) == Kind::Pointer as u8)
             .then(|| ValuePtr::decode(merged.value()))
             .flatten()
             .and_then(|p| {
@@ -519,6 +525,10 @@ fn merge_into(
     }
     // Moved values are durable before the edit that points to them.
     moves.drain(inner)?;
+    inner
+        .counters
+        .value_bytes_moved
+        .fetch_add(moves.moved_bytes, Ordering::Relaxed);
     let mut values = moves.out;
     for o in &mut values {
         o.file.sync().map_err(|e| {
