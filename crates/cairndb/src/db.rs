@@ -102,6 +102,8 @@ pub(crate) struct Counters {
     pub slowdown_micros: AtomicU64,
     pub prewrites: AtomicU64,
     pub value_bytes_moved: AtomicU64,
+    /// Bytes appended to journals since open.
+    pub journal_bytes: AtomicU64,
 }
 
 pub(crate) struct Inner {

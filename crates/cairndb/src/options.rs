@@ -55,13 +55,19 @@ pub struct Options {
     /// the null policy: a segment is freed only when all its values are
     /// dead. Default 0.5.
     pub value_gc_live_ratio: f64,
-    /// Most value bytes one background compaction moves (value GC). A
-    /// compaction that meets more stops moving for the rest of its run;
-    /// later compactions move the rest. Bounds how much a level-0
-    /// compaction, which writers may be waiting for, reads and writes
-    /// beyond its tables. A full compaction (`Db::compact`) is not
-    /// bounded. Default 64 MiB.
+    /// Value bytes one background compaction may move (value GC) in any
+    /// case; see `value_gc_pace` for more. A compaction that has moved its
+    /// allowance stops moving for the rest of its run; later compactions
+    /// move the rest. Bounds how much a level-0 compaction, which writers
+    /// may be waiting for, reads and writes beyond its tables. A full
+    /// compaction (`Db::compact`) is not bounded. Default 64 MiB.
     pub value_gc_bytes_per_compaction: u64,
+    /// A background compaction may also move up to this many times the
+    /// journal bytes appended since the compaction before it: value GC
+    /// keeps pace with the writes that make values dead, spread over the
+    /// compactions instead of in bursts. `0.0` leaves only
+    /// `value_gc_bytes_per_compaction`. Default 1.0.
+    pub value_gc_pace: f64,
     /// Read flushed separated values with direct IO (one aligned read
     /// around each value, bypassing the page cache): for data far larger
     /// than memory, where caching values only evicts other pages. Default
@@ -154,6 +160,7 @@ impl Options {
             value_separation_min: VALUE_SEPARATION_MIN_DEFAULT,
             value_gc_live_ratio: 0.5,
             value_gc_bytes_per_compaction: 64 << 20,
+            value_gc_pace: 1.0,
             direct_value_reads: false,
             journal_prewrite: true,
             journal_recycle: true,
@@ -171,6 +178,9 @@ impl Options {
         }
         if !(0.0..=1.0).contains(&self.value_gc_live_ratio) {
             return bad("value_gc_live_ratio must be in 0.0..=1.0");
+        }
+        if !(self.value_gc_pace >= 0.0 && self.value_gc_pace.is_finite()) {
+            return bad("value_gc_pace must be finite and at least 0.0");
         }
         if self.journal_bytes == 0 {
             return bad("journal_bytes must be > 0");

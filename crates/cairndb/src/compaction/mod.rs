@@ -116,10 +116,20 @@ fn pick(v: &Version, opts: &Options, pointer: &mut [Vec<u8>; LEVELS]) -> Option<
     })
 }
 
+/// Value bytes a background compaction may move: the floor
+/// `value_gc_bytes_per_compaction`, or `value_gc_pace` times the journal
+/// bytes appended since the compaction before it, whichever is more.
+fn gc_allowance(opts: &crate::Options, appended: u64) -> u64 {
+    let paced = (appended as f64 * opts.value_gc_pace) as u64;
+    opts.value_gc_bytes_per_compaction.max(paced)
+}
+
 /// The compaction thread: compacts while some level is over its target.
 pub(crate) fn run(inner: &Inner) {
     let mut pointer: [Vec<u8>; LEVELS] = Default::default();
     let mut backoff = flush::RETRY_MIN;
+    // Journal bytes appended when the compaction before began.
+    let mut appended_before = inner.counters.journal_bytes.load(Ordering::Relaxed);
     loop {
         {
             let mut bg = inner.bg.lock();
@@ -138,8 +148,11 @@ pub(crate) fn run(inner: &Inner) {
         }
         let guard = inner.compaction_lock.lock();
         let v = inner.state.read().version.clone();
+        let appended = inner.counters.journal_bytes.load(Ordering::Relaxed);
+        let allowance = gc_allowance(&inner.opts, appended - appended_before);
+        appended_before = appended;
         let result = match pick(&v, &inner.opts, &mut pointer) {
-            Some(c) => compact(inner, &v, c),
+            Some(c) => compact(inner, &v, c, allowance),
             None => Ok(()),
         };
         drop(guard);
@@ -159,7 +172,8 @@ pub(crate) fn run(inner: &Inner) {
     }
 }
 
-fn compact(inner: &Inner, v: &Version, c: Compaction) -> Result<()> {
+/// Runs compaction `c`, moving at most `gc_allowance` value bytes.
+fn compact(inner: &Inner, v: &Version, c: Compaction, gc_allowance: u64) -> Result<()> {
     let out_level = c.level + 1;
     let mut edit = Edit::default();
     if c.below.is_empty() && c.inputs.len() == 1 {
@@ -172,7 +186,7 @@ fn compact(inner: &Inner, v: &Version, c: Compaction) -> Result<()> {
         edit.removed
             .extend(c.below.iter().map(|f| (out_level, f.number)));
         let all: Vec<_> = c.inputs.iter().chain(&c.below).cloned().collect();
-        merge(inner, v, &all, out_level, false)?.into_edit(&mut edit);
+        merge(inner, v, &all, out_level, Some(gc_allowance))?.into_edit(&mut edit);
     }
     inner.log_and_apply(edit, |_| {})?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
@@ -198,7 +212,7 @@ pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
         edit.removed.extend(files.iter().map(|f| (level, f.number)));
         all.extend(files.iter().cloned());
     }
-    merge(inner, &v, &all, target, true)?.into_edit(&mut edit);
+    merge(inner, &v, &all, target, None)?.into_edit(&mut edit);
     inner.log_and_apply(edit, |_| {})?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
     Ok(())
@@ -235,18 +249,20 @@ struct Created {
     values: Vec<u64>,
 }
 
-/// Merges `inputs` into new tables for `out_level`. With `settle`, every
-/// separated value still in a journal moves to a values file, in key
-/// order (a full compaction, unless value GC is off).
+/// Merges `inputs` into new tables for `out_level`, moving at most
+/// `gc_allowance` bytes of values (value GC). With no allowance (`None`: a
+/// full compaction), it settles: every separated value still in a journal
+/// moves to a values file, in key order, and GC moves without bound
+/// (unless value GC is off).
 fn merge(
     inner: &Inner,
     v: &Version,
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
-    settle: bool,
+    gc_allowance: Option<u64>,
 ) -> Result<Merged> {
     let mut created = Created::default();
-    merge_into(inner, v, inputs, out_level, settle, &mut created).inspect_err(|_| {
+    merge_into(inner, v, inputs, out_level, gc_allowance, &mut created).inspect_err(|_| {
         // Frees the space of the outputs written so far (the next open
         // would delete them anyway): a full device is retried later.
         for n in &created.tables {
@@ -433,9 +449,10 @@ fn merge_into(
     v: &Version,
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
-    settle: bool,
+    gc_allowance: Option<u64>,
     created: &mut Created,
 ) -> Result<Merged> {
+    let settle = gc_allowance.is_none();
     let oldest_snapshot = inner.oldest_snapshot();
     let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(inputs.len());
     for f in inputs {
@@ -495,10 +512,10 @@ fn merge_into(
         // every value still in a journal (written in arrival order), so
         // the values file holds them in key order. The null policy
         // (ratio 0) moves nothing.
-        // A background compaction moves at most
-        // `value_gc_bytes_per_compaction`; later ones move the rest.
+        // A background compaction moves at most its allowance; later ones
+        // move the rest.
         let gc = inner.opts.value_gc_live_ratio;
-        let budget = settle || moves.moved_bytes < inner.opts.value_gc_bytes_per_compaction;
+        let budget = gc_allowance.is_none_or(|a| moves.moved_bytes < a);
         let moving = (gc > 0.0 && budget && key::tag_kind(tag) == Kind::Pointer as u8)
             .then(|| ValuePtr::decode(merged.value()))
             .flatten()
@@ -566,7 +583,31 @@ fn finish(inner: &Inner, writer: Option<(u64, TableWriter)>, level: usize) -> Re
 
 #[cfg(test)]
 mod tests {
-    use super::{PAGE, padding};
+    use super::{PAGE, gc_allowance, padding};
+
+    /// A compaction may move the floor, or as much as the writes since the
+    /// one before times the pace, whichever is more.
+    #[test]
+    fn gc_allowance_keeps_pace_with_writes() {
+        let opts = crate::Options {
+            value_gc_bytes_per_compaction: 64 << 20,
+            value_gc_pace: 1.0,
+            ..crate::Options::default()
+        };
+        assert_eq!(gc_allowance(&opts, 0), 64 << 20);
+        assert_eq!(gc_allowance(&opts, 10 << 20), 64 << 20);
+        assert_eq!(gc_allowance(&opts, 300 << 20), 300 << 20);
+        let half = crate::Options {
+            value_gc_pace: 0.5,
+            ..opts.clone()
+        };
+        assert_eq!(gc_allowance(&half, 300 << 20), 150 << 20);
+        let unpaced = crate::Options {
+            value_gc_pace: 0.0,
+            ..opts
+        };
+        assert_eq!(gc_allowance(&unpaced, 1 << 40), 64 << 20);
+    }
 
     /// Values are padded onto page boundaries only where that saves a
     /// page per read and costs at most an eighth of the value.

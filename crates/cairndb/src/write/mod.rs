@@ -339,6 +339,9 @@ impl Inner {
             self.poison("journal append", &e);
             return Err(Error::io("appending to the journal", e));
         }
+        self.counters
+            .journal_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
         let mut seqno = first;
         let items = live()
             .zip(placed)
