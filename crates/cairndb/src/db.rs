@@ -68,6 +68,10 @@ pub(crate) struct Journal {
     /// (`txn/recent.rs`); recorded by the leader once a transaction has
     /// begun (`Inner::txn_begun`).
     pub recent: crate::txn::recent::RecentWrites,
+    /// A background sync of this journal in flight (`write::presync`).
+    pub presync: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+    /// The next background sync starts once the journal is this long.
+    pub presync_at: u64,
 }
 
 pub(crate) struct Manifest {
@@ -101,6 +105,8 @@ pub(crate) struct Counters {
     pub stall_micros: AtomicU64,
     pub slowdown_micros: AtomicU64,
     pub prewrites: AtomicU64,
+    /// Background syncs of journals started (`write::presync`).
+    pub presyncs: AtomicU64,
     pub value_bytes_moved: AtomicU64,
     /// Bytes appended to journals since open.
     pub journal_bytes: AtomicU64,
@@ -247,6 +253,7 @@ impl Inner {
         // unsynced writes must still be made durable. A stored error is
         // then reported, so close does not claim a clean shutdown.
         let mut journal = self.journal.lock();
+        let presynced = crate::write::join_presync(&mut journal.presync);
         let synced = match journal.file.take() {
             Some(mut f) if !journal.poisoned => f
                 .trim()
@@ -255,6 +262,7 @@ impl Inner {
             _ => Ok(()),
         };
         drop(journal);
+        presynced.map_err(|e| Error::io("syncing the journal on close", e))?;
         synced?;
         match &self.bg.lock().error {
             Some(e) => Err(e.duplicate()),
@@ -492,6 +500,7 @@ impl Db {
             stall_micros: inner.counters.stall_micros.load(Ordering::Relaxed),
             slowdown_micros: inner.counters.slowdown_micros.load(Ordering::Relaxed),
             journal_prewrites: inner.counters.prewrites.load(Ordering::Relaxed),
+            journal_presyncs: inner.counters.presyncs.load(Ordering::Relaxed),
             value_bytes_moved: inner.counters.value_bytes_moved.load(Ordering::Relaxed),
             journals_recycled: inner.reaper.recycled.load(Ordering::Relaxed),
             journals_free: inner.reaper.free.lock().len(),
@@ -540,6 +549,9 @@ pub struct Stats {
     /// Times a synced commit pre-wrote the journal ahead of itself
     /// (`Options::journal_prewrite`).
     pub journal_prewrites: u64,
+    /// Background syncs of a filling journal started since open, so that
+    /// sealing it waits only for its last few MiB.
+    pub journal_presyncs: u64,
     /// Separated value bytes compactions moved to values files since
     /// open (value GC and settling).
     pub value_bytes_moved: u64,

@@ -390,3 +390,40 @@ fn power_cuts_in_recycled_journals_keep_synced_writes_and_nothing_old() {
         "{cut_after_recycling} runs recycled"
     );
 }
+
+/// A journal filling with unsynced writes is synced in the background
+/// each `PRESYNC_BYTES` (8 MiB), at most one sync in flight, so sealing a
+/// full journal waits only for its last few MiB; writes on either side of
+/// the background syncs and the seal read back after reopening.
+#[test]
+fn filling_journals_are_synced_in_the_background() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let o = Options {
+        background_compaction: false,
+        journal_bytes: 20 << 20,
+        value_separation_min: 1024,
+        ..Options::default()
+    };
+    let big = |i: usize| {
+        let mut v = format!("{i}:").into_bytes();
+        v.resize(4096, b'a' + (i % 26) as u8);
+        v
+    };
+    let n = 7_500; // ~30 MiB: a seal at 20 MiB, background syncs around it
+    let db = Db::open(tmp.path(), o.clone()).expect("open");
+    for i in 0..n {
+        db.put(key(i), big(i)).expect("put");
+    }
+    let s = db.stats();
+    assert!(s.journal_presyncs >= 2, "{s:?}");
+    assert!(
+        s.flushes + s.sealed_memtables as u64 >= 1,
+        "no journal sealed: {s:?}"
+    );
+    db.close().expect("close");
+    let db = Db::open(tmp.path(), o).expect("reopen");
+    for i in (0..n).step_by(7) {
+        assert_eq!(db.get(key(i)).expect("get"), Some(big(i)), "key {i}");
+    }
+    db.close().expect("close");
+}

@@ -54,7 +54,19 @@ pub trait FileWrite: Send {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// A job that makes the bytes appended so far durable from another
+    /// thread (an fdatasync of the same open file) while appends go on,
+    /// or `None` where the file system has no such thing. A failure of
+    /// the job is a failed `sync` of this file: the kernel reports a
+    /// writeback error once per open file, so a later `sync` may not see
+    /// it again.
+    fn background_sync(&self) -> Option<BackgroundSync> {
+        None
+    }
 }
+
+/// See [`FileWrite::background_sync`].
+pub type BackgroundSync = Box<dyn FnOnce() -> io::Result<()> + Send>;
 
 /// A file read at random offsets, shared between threads.
 pub trait FileRead: Send + Sync {

@@ -66,6 +66,12 @@ impl FileWrite for PosixWrite {
     fn sync(&mut self) -> io::Result<()> {
         self.file.sync_data()
     }
+    fn background_sync(&self) -> Option<super::BackgroundSync> {
+        // A duplicate descriptor shares the open file (and so its
+        // writeback-error cursor) with `self.file`.
+        let file = self.file.try_clone().ok()?;
+        Some(Box::new(move || file.sync_data()))
+    }
     fn len(&self) -> u64 {
         self.len
     }

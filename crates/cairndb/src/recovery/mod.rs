@@ -321,6 +321,8 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             poisoned: false,
             synced_seqno: rec.last_seqno,
             recent: crate::txn::recent::RecentWrites::new(rec.last_seqno + 1),
+            presync: None,
+            presync_at: crate::write::PRESYNC_BYTES,
         }),
         manifest: Mutex::new(manifest),
         compaction_lock: Mutex::new(()),

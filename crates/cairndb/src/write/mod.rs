@@ -67,6 +67,27 @@ const PREWRITE_GROUPS: u64 = 64;
 const PREWRITE_MIN: u64 = 16 << 10;
 const PREWRITE_MAX: u64 = 4 << 20;
 
+/// An unsynced journal starts a background sync of itself each time it
+/// has grown this much since the last (at most one in flight), so that
+/// the sync that seals a full journal — every writer waits for it — finds
+/// only the last few MiB not yet durable. On this machine's disk, sealing
+/// a 64 MiB journal took 50–90 ms without it.
+pub(crate) const PRESYNC_BYTES: u64 = 8 << 20;
+
+/// Waits for the journal's background sync, if one is in flight, and
+/// returns its result: a failure there is a failed sync of the journal
+/// (the kernel reports a writeback error once, possibly only to it).
+pub(crate) fn join_presync(
+    presync: &mut Option<std::thread::JoinHandle<std::io::Result<()>>>,
+) -> std::io::Result<()> {
+    match presync.take() {
+        Some(job) => job
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("background journal sync panicked"))),
+        None => Ok(()),
+    }
+}
+
 fn dup(r: &Result<()>) -> Result<()> {
     match r {
         Ok(()) => Ok(()),
@@ -317,6 +338,20 @@ impl Inner {
         };
         let base = file.len();
         let sync = group.iter().any(|p| p.sync) && !self.opts.sabotage.skip_journal_sync;
+        // A sync must not succeed past a failure the background sync
+        // met: wait for that first.
+        // An unsynced group may start one, unless one is still running
+        // (the device is behind: waiting for it would stall writers).
+        let presync_due = !sync
+            && base + buf.len() as u64 >= journal.presync_at
+            && journal.presync.as_ref().is_none_or(|p| p.is_finished());
+        if (sync || presync_due)
+            && let Err(e) = join_presync(&mut journal.presync)
+        {
+            journal.poisoned = true;
+            self.poison("journal sync", &e);
+            return Err(Error::io("syncing the journal", e));
+        }
         if sync && self.opts.journal_prewrite && !buf.is_empty() {
             let need = base + buf.len() as u64;
             if need > file.size() {
@@ -342,6 +377,18 @@ impl Inner {
         self.counters
             .journal_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        if presync_due {
+            journal.presync_at = file.len() + PRESYNC_BYTES;
+            journal.presync = file.background_sync().and_then(|job| {
+                std::thread::Builder::new()
+                    .name("cairndb-presync".into())
+                    .spawn(job)
+                    .ok()
+            });
+            if journal.presync.is_some() {
+                self.counters.presyncs.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let mut seqno = first;
         let items = live()
             .zip(placed)
@@ -542,12 +589,14 @@ impl Inner {
                 "an earlier journal write or sync failed".into(),
             ));
         }
+        // Pre-written zeros are cut off first: only the newest journal may
+        // end in anything but an intact record (recovery's torn-tail rule).
+        // A background sync's failure is this sync's.
+        let presynced = join_presync(&mut journal.presync);
         let Some(file) = journal.file.as_mut() else {
             return Err(Error::Closed);
         };
-        // Pre-written zeros are cut off first: only the newest journal may
-        // end in anything but an intact record (recovery's torn-tail rule).
-        if let Err(e) = file.trim().and_then(|()| file.sync()) {
+        if let Err(e) = presynced.and_then(|()| file.trim().and_then(|()| file.sync())) {
             journal.poisoned = true;
             self.poison("journal sync", &e);
             return Err(Error::io("syncing the journal", e));
@@ -566,6 +615,7 @@ impl Inner {
             })?;
         journal.file = Some(new_file);
         journal.number = number;
+        journal.presync_at = PRESYNC_BYTES;
         {
             let mut s = self.state.write();
             let fresh = Memtable::with_segment(SegmentFile::new_journal(&self.reaper, number));
