@@ -68,7 +68,8 @@ pub(crate) struct Journal {
     /// (`txn/recent.rs`); recorded by the leader once a transaction has
     /// begun (`Inner::txn_begun`).
     pub recent: crate::txn::recent::RecentWrites,
-    /// A background sync of this journal in flight (`write::presync`).
+    /// A background sync of this journal in flight
+    /// (`write::PRESYNC_BYTES`).
     pub presync: Option<std::thread::JoinHandle<std::io::Result<()>>>,
     /// The next background sync starts once the journal is this long.
     pub presync_at: u64,
@@ -105,7 +106,7 @@ pub(crate) struct Counters {
     pub stall_micros: AtomicU64,
     pub slowdown_micros: AtomicU64,
     pub prewrites: AtomicU64,
-    /// Background syncs of journals started (`write::presync`).
+    /// Background syncs of journals started (`write::PRESYNC_BYTES`).
     pub presyncs: AtomicU64,
     pub value_bytes_moved: AtomicU64,
     /// Bytes appended to journals since open.

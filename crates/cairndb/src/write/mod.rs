@@ -338,13 +338,14 @@ impl Inner {
         };
         let base = file.len();
         let sync = group.iter().any(|p| p.sync) && !self.opts.sabotage.skip_journal_sync;
-        // A sync must not succeed past a failure the background sync
-        // met: wait for that first.
-        // An unsynced group may start one, unless one is still running
-        // (the device is behind: waiting for it would stall writers).
+        // An unsynced group that takes the journal past `presync_at`
+        // starts a background sync, unless one is still running (the
+        // device is behind: waiting for it would stall writers).
         let presync_due = !sync
             && base + buf.len() as u64 >= journal.presync_at
             && journal.presync.as_ref().is_none_or(|p| p.is_finished());
+        // A sync must not succeed past a failure the background sync met:
+        // its result is taken first.
         if (sync || presync_due)
             && let Err(e) = join_presync(&mut journal.presync)
         {
