@@ -222,17 +222,22 @@ fn find_in_journals(fs: &MemFs, needle: &[u8]) -> (String, usize) {
     panic!("value not found in any journal");
 }
 
+/// Flushes and closes `db`, flips the bits `mask` of the byte `within`
+/// bytes into stored value `victim` in its journal, and reopens.
+fn damage_and_reopen(fs: &MemFs, db: Db, victim: &[u8], within: usize, mask: u8) -> Db {
+    db.flush().expect("flush");
+    db.close().expect("close");
+    let (name, at) = find_in_journals(fs, victim);
+    assert!(fs.mutate_byte(&dir().join(&name), at + within, |b| b ^ mask));
+    Db::open(dir(), opts(fs, 1024)).expect("reopen")
+}
+
 #[test]
 fn a_damaged_value_is_reported_not_returned() {
     let fs = MemFs::new();
     let db = Db::open(dir(), opts(&fs, 1024)).expect("open");
     write_all(&db, 0);
-    db.flush().expect("flush");
-    db.close().expect("close");
-    let victim = value(4, 0, BIG);
-    let (name, at) = find_in_journals(&fs, &victim);
-    assert!(fs.mutate_byte(&dir().join(&name), at + 2000, |b| b ^ 0x10));
-    let db = Db::open(dir(), opts(&fs, 1024)).expect("open");
+    let db = damage_and_reopen(&fs, db, &value(4, 0, BIG), 2000, 0x10);
     match db.get(key(4)) {
         Err(Error::Corruption { detail, .. }) => assert!(detail.contains("checksum"), "{detail}"),
         other => panic!("damaged value: expected corruption, got {other:?}"),
@@ -473,12 +478,8 @@ fn a_damaged_value_read_ahead_ends_a_scan_at_its_key() {
     for i in 0..n {
         db.put(key(i), value(i, 0, BIG)).expect("put");
     }
-    db.flush().expect("flush");
-    db.close().expect("close");
     let victim = 300;
-    let (name, at) = find_in_journals(&fs, &value(victim, 0, BIG));
-    assert!(fs.mutate_byte(&dir().join(&name), at + 100, |b| b ^ 0x01));
-    let db = Db::open(dir(), opts(&fs, 1024)).expect("open");
+    let db = damage_and_reopen(&fs, db, &value(victim, 0, BIG), 100, 0x01);
     let forward: Vec<_> = db.iter().collect();
     let mut backward: Vec<_> = db.iter().rev().collect();
     for (got, before, dir) in [
@@ -514,12 +515,8 @@ fn a_damaged_value_ends_a_scan_at_its_key() {
     let fs = MemFs::new();
     let db = Db::open(dir(), opts(&fs, 1024)).expect("open");
     write_all(&db, 0);
-    db.flush().expect("flush");
-    db.close().expect("close");
     let victim = 80;
-    let (name, at) = find_in_journals(&fs, &value(victim, 0, BIG));
-    assert!(fs.mutate_byte(&dir().join(&name), at + 100, |b| b ^ 0x01));
-    let db = Db::open(dir(), opts(&fs, 1024)).expect("open");
+    let db = damage_and_reopen(&fs, db, &value(victim, 0, BIG), 100, 0x01);
     let got: Vec<_> = db.iter().collect();
     let want = expected(0);
     assert_eq!(
