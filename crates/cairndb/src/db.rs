@@ -137,6 +137,8 @@ pub(crate) struct Inner {
     /// Worker threads (`pool.rs`): device reads of scans and value GC,
     /// memtable inserts of synced groups.
     pub workers: Arc<crate::pool::WorkerPool>,
+    /// Chunks of flushed segments shared by long scans (`read/share.rs`).
+    pub share: Arc<crate::read::share::ChunkShare>,
     /// Set by the first `begin`: from then on each group's writes are
     /// recorded in `Journal::recent`. Databases without transactions pay
     /// nothing for the log.
@@ -154,6 +156,7 @@ impl Inner {
             tables: self.tables.clone(),
             direct_reads: self.opts.direct_value_reads,
             workers: self.workers.clone(),
+            share: self.share.clone(),
         }
     }
 
@@ -502,6 +505,8 @@ impl Db {
             slowdown_micros: inner.counters.slowdown_micros.load(Ordering::Relaxed),
             journal_prewrites: inner.counters.prewrites.load(Ordering::Relaxed),
             journal_presyncs: inner.counters.presyncs.load(Ordering::Relaxed),
+            scan_chunk_reads: inner.share.reads(),
+            scan_chunk_waits: inner.share.waits(),
             value_bytes_moved: inner.counters.value_bytes_moved.load(Ordering::Relaxed),
             journals_recycled: inner.reaper.recycled.load(Ordering::Relaxed),
             journals_free: inner.reaper.free.lock().len(),
@@ -553,6 +558,12 @@ pub struct Stats {
     /// Background syncs of a filling journal started since open, so that
     /// sealing it waits only for its last few MiB.
     pub journal_presyncs: u64,
+    /// Chunks long scans read from segment files since open (shared
+    /// scans: a chunk other scanners also needed is counted once).
+    pub scan_chunk_reads: u64,
+    /// Times a scan waited for a chunk another scan was reading instead
+    /// of reading it again.
+    pub scan_chunk_waits: u64,
     /// Separated value bytes compactions moved to values files since
     /// open (value GC and settling).
     pub value_bytes_moved: u64,

@@ -9,6 +9,7 @@
 pub mod cursor;
 pub mod iter;
 pub mod prefetch;
+pub mod share;
 
 use crate::cache::BlockCache;
 use crate::format::key::{self, Kind};
@@ -82,6 +83,8 @@ pub struct ReadView {
     pub direct_reads: bool,
     /// Reader threads for values a scan loads from the device.
     pub workers: Arc<crate::pool::WorkerPool>,
+    /// Chunks of flushed segments that long scans share.
+    pub share: Arc<share::ChunkShare>,
 }
 
 impl ReadView {

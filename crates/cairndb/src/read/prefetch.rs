@@ -17,6 +17,7 @@
 //! the device.
 
 use super::ReadView;
+use super::share::{self, CHUNK, ChunkBytes, ChunkShare, SHARE_RUN_MIN};
 use crate::Result;
 use crate::format::vptr::ValuePtr;
 use crate::version::segments::SegmentFile;
@@ -33,6 +34,9 @@ struct Run {
     end: u64,
     /// (index into the caller's slice, pointer), by offset.
     members: Vec<(usize, ValuePtr)>,
+    /// Read through the database's [`ChunkShare`] (a long run of a
+    /// flushed segment), not into a buffer of its own.
+    shared: bool,
 }
 
 /// Values read for a window: (index into the caller's slice, value).
@@ -90,6 +94,7 @@ impl ReadView {
                     start: p.offset,
                     end,
                     members: vec![(i, p)],
+                    shared: false,
                 }),
             }
         }
@@ -97,8 +102,20 @@ impl ReadView {
         // flushed segment's cached pages) are read here; the rest go to
         // the worker threads.
         let mut device = Vec::new();
-        for run in runs {
+        for mut run in runs {
             let got = match self.segment(run.segment) {
+                // A long run of a flushed segment: shared with other
+                // scanners; sliced here if every chunk is kept already.
+                Some((_, true)) if run.end - run.start >= SHARE_RUN_MIN => {
+                    run.shared = true;
+                    match run.chunks(|seg, index| self.share.ready(seg, index)) {
+                        Some(chunks) => run.slice_chunks(&chunks),
+                        None => {
+                            device.push(run);
+                            continue;
+                        }
+                    }
+                }
                 Some((_, true)) if self.direct_reads => {
                     device.push(run);
                     continue;
@@ -115,7 +132,7 @@ impl ReadView {
                         }
                     }
                 }
-                Some((seg, false)) => run.read(seg, false),
+                Some((seg, false)) => run.read(seg, false, &self.share),
                 None => run.slice(None),
             };
             self.settle(got, &mut loaded, &encoded);
@@ -138,7 +155,7 @@ impl ReadView {
             && !overlap
         {
             let got = match self.segment(run.segment) {
-                Some((seg, _)) => run.read(seg, direct),
+                Some((seg, _)) => run.read(seg, direct, &self.share),
                 None => run.slice(None),
             };
             self.settle(got, &mut loading.loaded, &loading.encoded);
@@ -154,9 +171,9 @@ impl ReadView {
                 continue;
             };
             loading.asked.extend(run.members.iter().map(|&(i, _)| i));
-            let (seg, tx) = (seg.clone(), tx.clone());
+            let (seg, tx, share) = (seg.clone(), tx.clone(), self.share.clone());
             self.workers.run(move || {
-                let _ = tx.send(run.read(&seg, direct));
+                let _ = tx.send(run.read(&seg, direct, &share));
             });
         }
         // Every job holds a sender and drops it when done (also if it
@@ -203,8 +220,16 @@ impl ReadView {
 
 impl Run {
     /// Reads the run from `seg` with one request (a lone value with
-    /// `SegmentFile::read`, which re-reads a mismatch once).
-    fn read(&self, seg: &SegmentFile, direct: bool) -> Checked {
+    /// `SegmentFile::read`, which re-reads a mismatch once), or a shared
+    /// run through `share`, chunk by chunk.
+    fn read(&self, seg: &SegmentFile, direct: bool, share: &ChunkShare) -> Checked {
+        if self.shared {
+            let got = self.chunks(|_, index| share.get(seg, index, direct));
+            return match got {
+                Some(chunks) => self.slice_chunks(&chunks),
+                None => self.slice(None),
+            };
+        }
         if let [(i, p)] = self.members[..] {
             return vec![(i, seg.read(&p, direct).ok().flatten())];
         }
@@ -212,6 +237,31 @@ impl Run {
             .ok()
             .and_then(|len| seg.read_span(self.start, len, direct).ok());
         self.slice(span.as_deref())
+    }
+
+    /// The chunks covering the run, each from `get(segment, index)`;
+    /// `None` if one is missing.
+    fn chunks(
+        &self,
+        mut get: impl FnMut(u64, u64) -> Option<ChunkBytes>,
+    ) -> Option<Vec<ChunkBytes>> {
+        (self.start / CHUNK..self.end.div_ceil(CHUNK))
+            .map(|index| get(self.segment, index))
+            .collect()
+    }
+
+    /// Each member's value copied out of `chunks` (those covering the
+    /// run), if it matches its pointer.
+    fn slice_chunks(&self, chunks: &[ChunkBytes]) -> Checked {
+        let first = self.start / CHUNK;
+        self.members
+            .iter()
+            .map(|&(i, p)| {
+                let value =
+                    share::gather(chunks, first, p.offset, p.len as usize).filter(|v| p.matches(v));
+                (i, value)
+            })
+            .collect()
     }
 
     /// Each member's value sliced out of `span` (the run's bytes, if they

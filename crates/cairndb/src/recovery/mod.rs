@@ -341,6 +341,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         _lock: lock,
         blocks,
         workers: Arc::new(crate::pool::WorkerPool::new()),
+        share: Arc::default(),
         txn_begun: std::sync::atomic::AtomicBool::new(false),
         opts,
     })

@@ -135,6 +135,38 @@ impl SegmentFile {
         }
     }
 
+    /// Up to `len` bytes at `offset` (fewer where the file ends) into a
+    /// buffer aligned for direct IO: chunk reads of shared scans
+    /// (`read/share.rs`). With `direct`, `offset` and `len` must be
+    /// multiples of `io::DIRECT_ALIGN`.
+    pub fn read_chunk(
+        &self,
+        offset: u64,
+        len: usize,
+        direct: bool,
+    ) -> io::Result<crate::read::share::Chunk> {
+        let handle = if direct {
+            self.handle(&self.direct, true)?
+        } else {
+            self.handle(&self.reader, false)?
+        };
+        let mut chunk = crate::read::share::Chunk::zeroed(len, crate::io::DIRECT_ALIGN);
+        // A direct read must ask for whole aligned blocks, also at the end
+        // of the file: read the file's last block whole and cut after.
+        let got = if direct {
+            let end = handle
+                .len()
+                .next_multiple_of(crate::io::DIRECT_ALIGN as u64);
+            let want = usize::try_from(end.saturating_sub(offset)).map_or(len, |w| w.min(len));
+            let got = handle.read_at(&mut chunk.bytes_mut()[..want], offset)?;
+            got.min(usize::try_from(handle.len().saturating_sub(offset)).unwrap_or(usize::MAX))
+        } else {
+            handle.read_at(chunk.bytes_mut(), offset)?
+        };
+        chunk.truncate(got);
+        Ok(chunk)
+    }
+
     /// `read_span` through the page cache if it holds every byte;
     /// `Ok(None)` (nothing waited for) if it does not or cannot tell.
     pub fn read_span_cached(&self, offset: u64, len: usize) -> io::Result<Option<Vec<u8>>> {

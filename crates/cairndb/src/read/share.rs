@@ -1,0 +1,266 @@
+//! Shared scans: the chunks of flushed segments that long scans read, kept
+//! a short while so that scanners over the same range read them once.
+//!
+//! Several threads scanning the same values (every thread of a report
+//! scanning a table, or the contest's range phase) would each read every
+//! run into a buffer of their own. [`ChunkShare`] holds the runs of long
+//! scans as aligned chunks of [`CHUNK`] bytes of one segment, keyed by
+//! (segment, chunk index): the first scanner to need a chunk reads it
+//! (one request, aligned, so it can be a direct read), a scanner that needs
+//! it while that read is in flight waits for it instead of issuing its
+//! own, and later ones slice their values out of memory. At most
+//! [`SHARE_CHUNKS`] chunks are kept; the least recently used one that is
+//! not being read is dropped first (a scanner holding an `Arc` of it keeps
+//! its bytes until it is done). Only runs of at least [`SHARE_RUN_MIN`]
+//! bytes go through the share, so point reads and short scans read exactly
+//! what they need, and a lone long scanner reads what it would read anyway,
+//! in aligned pieces.
+//!
+//! A segment's bytes never change once it is in a version (a journal is
+//! sealed and synced, a values file complete), and segment numbers are not
+//! reused, so a kept chunk never goes stale; one of a deleted segment is
+//! never asked for again and ages out.
+
+use crate::version::segments::SegmentFile;
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes per chunk: a multiple of the direct-IO alignment, and the size of
+/// the largest run a scan reads (`prefetch::RUN_BYTES_MAX`).
+pub const CHUNK: u64 = 1 << 20;
+/// Chunks kept (16 MiB): room for scanners a few windows apart.
+pub const SHARE_CHUNKS: usize = 16;
+/// Shortest run read through the share.
+pub const SHARE_RUN_MIN: u64 = 256 << 10;
+
+/// One chunk's bytes (fewer than [`CHUNK`] at the end of a file), in a
+/// buffer aligned for direct IO.
+pub struct Chunk {
+    raw: Vec<u8>,
+    skip: usize,
+    len: usize,
+}
+
+impl Chunk {
+    /// A buffer of `len` bytes starting at an `align`-aligned address.
+    pub fn zeroed(len: usize, align: usize) -> Chunk {
+        let raw = vec![0u8; len + align];
+        let skip = raw.as_ptr().align_offset(align.max(1)).min(align);
+        Chunk { raw, skip, len }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.raw[self.skip..self.skip + self.len]
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[self.skip..self.skip + self.len]
+    }
+
+    /// Keeps the first `len` bytes (a read that met the end of the file).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+}
+
+pub type ChunkBytes = Arc<Chunk>;
+
+/// One chunk: being read (`None`) or read (`Some`: its bytes, or `None`
+/// if the read failed).
+struct Cell {
+    state: Mutex<Option<Option<ChunkBytes>>>,
+    ready: Condvar,
+}
+
+struct Slot {
+    cell: Arc<Cell>,
+    used: u64,
+}
+
+#[derive(Default)]
+struct Map {
+    slots: HashMap<(u64, u64), Slot>,
+    tick: u64,
+}
+
+/// The chunks kept for scans of one database (see the module comment).
+#[derive(Default)]
+pub struct ChunkShare {
+    map: Mutex<Map>,
+    /// Chunks read from files, and waits for a read in flight (stats).
+    reads: AtomicU64,
+    waits: AtomicU64,
+}
+
+impl ChunkShare {
+    /// Chunk `index` of `seg`, if it is kept and read; never waits.
+    pub fn ready(&self, seg: u64, index: u64) -> Option<ChunkBytes> {
+        let mut map = self.map.lock();
+        map.tick += 1;
+        let tick = map.tick;
+        let slot = map.slots.get_mut(&(seg, index))?;
+        slot.used = tick;
+        let cell = slot.cell.clone();
+        drop(map);
+        cell.state.lock().clone().flatten()
+    }
+
+    /// Chunk `index` of `seg`: kept, or waited for if another scanner is
+    /// reading it, or read here (with a direct read if `direct`). `None`
+    /// if it could not be read (the caller then reads each value alone,
+    /// which names the damage).
+    pub fn get(&self, seg: &SegmentFile, index: u64, direct: bool) -> Option<ChunkBytes> {
+        let key = (seg.number, index);
+        let (cell, mine) = {
+            let mut map = self.map.lock();
+            map.tick += 1;
+            let tick = map.tick;
+            match map.slots.get_mut(&key) {
+                Some(slot) => {
+                    slot.used = tick;
+                    (slot.cell.clone(), false)
+                }
+                None => {
+                    if map.slots.len() >= SHARE_CHUNKS {
+                        evict_one(&mut map);
+                    }
+                    let cell = Arc::new(Cell {
+                        state: Mutex::new(None),
+                        ready: Condvar::new(),
+                    });
+                    let slot = Slot {
+                        cell: cell.clone(),
+                        used: tick,
+                    };
+                    map.slots.insert(key, slot);
+                    (cell, true)
+                }
+            }
+        };
+        if !mine {
+            let mut state = cell.state.lock();
+            if state.is_none() {
+                self.waits.fetch_add(1, Ordering::Relaxed);
+            }
+            while state.is_none() {
+                cell.ready.wait(&mut state);
+            }
+            return state.clone().flatten();
+        }
+        // The reader publishes whatever happens, so a waiter never waits
+        // for a read nobody is doing (a panic inside the read would unwind
+        // through `Publish::drop`).
+        let mut publish = Publish {
+            share: self,
+            key,
+            cell: &cell,
+            bytes: None,
+        };
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let bytes = seg.read_chunk(index * CHUNK, CHUNK as usize, direct).ok();
+        publish.bytes = bytes.map(Arc::new);
+        let bytes = publish.bytes.clone();
+        drop(publish);
+        bytes
+    }
+
+    /// Chunks read from files since the database opened.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    /// Waits for a chunk another scan was reading, since open.
+    pub fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
+    }
+}
+
+/// Drops the least recently used chunk that is not being read (if every
+/// kept chunk is being read, the share grows by one until they finish).
+fn evict_one(map: &mut Map) {
+    let victim = map
+        .slots
+        .iter()
+        .filter(|(_, s)| s.cell.state.lock().is_some())
+        .min_by_key(|(_, s)| s.used)
+        .map(|(k, _)| *k);
+    if let Some(k) = victim {
+        map.slots.remove(&k);
+    }
+}
+
+/// Hands a chunk read's outcome to its waiters when dropped; a failed read
+/// leaves no slot behind, so the next scanner tries again.
+struct Publish<'a> {
+    share: &'a ChunkShare,
+    key: (u64, u64),
+    cell: &'a Arc<Cell>,
+    bytes: Option<ChunkBytes>,
+}
+
+impl Drop for Publish<'_> {
+    fn drop(&mut self) {
+        if self.bytes.is_none() {
+            let mut map = self.share.map.lock();
+            if map
+                .slots
+                .get(&self.key)
+                .is_some_and(|s| Arc::ptr_eq(&s.cell, self.cell))
+            {
+                map.slots.remove(&self.key);
+            }
+        }
+        *self.cell.state.lock() = Some(self.bytes.take());
+        self.cell.ready.notify_all();
+    }
+}
+
+/// Bytes `offset..offset + len` of a segment out of its chunks (`chunks[0]`
+/// is chunk `first`), or `None` if they are not all there (a chunk failed,
+/// or the file ended first).
+pub fn gather(chunks: &[ChunkBytes], first: u64, offset: u64, len: usize) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(len);
+    let mut at = offset;
+    let end = offset + len as u64;
+    while at < end {
+        let index = at / CHUNK;
+        let chunk = chunks.get(usize::try_from(index.checked_sub(first)?).ok()?)?;
+        let from = (at % CHUNK) as usize;
+        let upto = ((end - index * CHUNK).min(CHUNK)) as usize;
+        out.extend_from_slice(chunk.bytes().get(from..upto)?);
+        at = index * CHUNK + upto as u64;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(fill: u8, len: usize) -> ChunkBytes {
+        let mut c = Chunk::zeroed(len, 4096);
+        c.bytes_mut().fill(fill);
+        assert_eq!(c.bytes().as_ptr() as usize % 4096, 0);
+        Arc::new(c)
+    }
+
+    #[test]
+    fn gather_takes_bytes_across_chunk_boundaries() {
+        let n = CHUNK as usize;
+        let chunks = [chunk(1, n), chunk(2, n), chunk(3, 100)];
+        let got = gather(&chunks, 4, 4 * CHUNK + CHUNK - 3, 5).expect("across a boundary");
+        assert_eq!(got, [1, 1, 1, 2, 2]);
+        let got = gather(&chunks, 4, 6 * CHUNK + 90, 10).expect("in the short last chunk");
+        assert_eq!(got, [3; 10]);
+        // Past the short last chunk, before the first, beyond the list.
+        assert!(gather(&chunks, 4, 6 * CHUNK + 95, 10).is_none());
+        assert!(gather(&chunks, 4, 3 * CHUNK, 10).is_none());
+        assert!(gather(&chunks, 4, 7 * CHUNK, 1).is_none());
+        assert_eq!(
+            gather(&chunks, 4, 5 * CHUNK, 0).expect("empty"),
+            Vec::<u8>::new()
+        );
+    }
+}

@@ -1,0 +1,182 @@
+//! Shared scans (`read/share.rs`): long scans over settled values read
+//! each chunk of a values file once, however many scanners need it at the
+//! same time. Checked here through `Stats::scan_chunk_reads`: two scans
+//! interleaved read what one scan reads, both ways; scanners on threads
+//! all get every value right; damage in a shared chunk is reported at its
+//! key.
+
+mod common;
+
+use cairndb::io::MemFs;
+use cairndb::{Db, Error, KeyValue, Options};
+use common::files_with;
+use std::path::Path;
+use std::sync::Arc;
+
+const BIG: usize = 4096;
+/// 24 MiB of values: more than the share keeps (16 chunks of 1 MiB).
+const N: usize = 6144;
+
+fn dir() -> &'static Path {
+    Path::new("/db")
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("k{i:05}").into_bytes()
+}
+
+fn value(i: usize) -> Vec<u8> {
+    let mut v = format!("{i}/").into_bytes();
+    v.extend((0..BIG - v.len()).map(|j| b'a' + ((i * 7 + j) % 26) as u8));
+    v
+}
+
+/// A database holding `n` 4 KiB values, settled into values files by a
+/// full compaction (written in an order far from key order first).
+fn settled(fs: &MemFs, n: usize) -> Db {
+    let o = Options {
+        fs: Arc::new(fs.clone()),
+        memtable_bytes: 1 << 20,
+        background_compaction: false,
+        value_separation_min: 1024,
+        ..Options::default()
+    };
+    let db = Db::open(dir(), o).expect("open");
+    for i in (0..n).map(|i| (i * 4099) % n) {
+        db.put(key(i), value(i)).expect("put");
+    }
+    db.compact().expect("compact");
+    assert!(!files_with(fs, dir(), ".values").is_empty(), "settled");
+    db
+}
+
+fn reads(db: &Db) -> u64 {
+    db.stats().scan_chunk_reads
+}
+
+/// Steps `scans` in turn, one entry each, checking every entry against
+/// `want(step)`, until all end; returns how many entries each yielded.
+type Scan<'a> = Box<dyn Iterator<Item = cairndb::Result<KeyValue>> + 'a>;
+
+fn interleave(scans: &mut [Scan<'_>], want: impl Fn(usize) -> usize) -> Vec<usize> {
+    let mut yielded = vec![0; scans.len()];
+    let mut live = scans.len();
+    while live > 0 {
+        live = 0;
+        for (s, n) in scans.iter_mut().zip(&mut yielded) {
+            if let Some(kv) = s.next() {
+                let i = want(*n);
+                assert_eq!(kv.expect("entry"), (key(i), value(i)), "entry {n}");
+                *n += 1;
+                live += 1;
+            }
+        }
+    }
+    yielded
+}
+
+#[test]
+fn interleaved_scans_read_each_chunk_once() {
+    let fs = MemFs::new();
+    let db = settled(&fs, N);
+    let before = reads(&db);
+    let mut n = 0;
+    for kv in db.iter() {
+        assert_eq!(kv.expect("entry"), (key(n), value(n)), "entry {n}");
+        n += 1;
+    }
+    assert_eq!(n, N);
+    let alone = reads(&db) - before;
+    let chunks = (N * BIG) as u64 >> 20;
+    assert!(
+        alone >= chunks - 2 && alone <= chunks + 4,
+        "a lone scan read {alone} chunks of 1 MiB for {chunks} MiB of values"
+    );
+
+    // Two forward scans side by side, then two backward: together they
+    // read what one reads (without sharing: twice as much).
+    for backward in [false, true] {
+        let before = reads(&db);
+        let mut scans: Vec<Scan<'_>> = if backward {
+            vec![Box::new(db.iter().rev()), Box::new(db.iter().rev())]
+        } else {
+            vec![Box::new(db.iter()), Box::new(db.iter())]
+        };
+        let counts = interleave(&mut scans, |n| if backward { N - 1 - n } else { n });
+        assert_eq!(counts, [N, N]);
+        let both = reads(&db) - before;
+        assert!(
+            both <= alone + 2,
+            "backward {backward}: two scans read {both} chunks, one alone {alone}"
+        );
+    }
+}
+
+#[test]
+fn scanners_on_threads_all_see_every_value() {
+    let fs = MemFs::new();
+    let db = settled(&fs, N);
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let db = &db;
+            s.spawn(move || {
+                for pass in 0..2 {
+                    let got: Vec<_> = if t % 2 == 0 {
+                        db.iter().map(|kv| kv.expect("entry")).collect()
+                    } else {
+                        let mut v: Vec<_> = db.iter().rev().map(|kv| kv.expect("entry")).collect();
+                        v.reverse();
+                        v
+                    };
+                    assert_eq!(got.len(), N, "thread {t} pass {pass}");
+                    for (i, kv) in got.iter().enumerate() {
+                        assert!(
+                            *kv == (key(i), value(i)),
+                            "thread {t} pass {pass}: entry {i}"
+                        );
+                    }
+                }
+            });
+        }
+    });
+    let s = db.stats();
+    assert!(s.scan_chunk_reads > 0, "{s:?}");
+}
+
+/// A value damaged in a values file, read through a shared chunk: a
+/// forward scan and a backward one each yield every entry before it, then
+/// the error; the chunk kept for both holds the damage, and each reports
+/// it rather than a value.
+#[test]
+fn damage_in_a_shared_chunk_is_reported_at_its_key() {
+    let fs = MemFs::new();
+    let n = 1024;
+    let db = settled(&fs, n);
+    let victim = 700;
+    let needle = value(victim);
+    let mut hit = None;
+    for name in files_with(&fs, dir(), ".values") {
+        let bytes = cairndb::io::read_all(&fs, &dir().join(&name)).expect("read");
+        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
+            hit = Some((name, at));
+        }
+    }
+    let (name, at) = hit.expect("the value is in a values file");
+    assert!(fs.mutate_byte(&dir().join(&name), at + 2000, |b| b ^ 0x10));
+    for backward in [false, true] {
+        let got: Vec<_> = if backward {
+            db.iter().rev().collect()
+        } else {
+            db.iter().collect()
+        };
+        let before = if backward { n - 1 - victim } else { victim };
+        assert_eq!(got.len(), before + 1, "backward {backward}");
+        match &got[before] {
+            Err(Error::Corruption { detail, .. }) => {
+                assert!(detail.contains("checksum"), "{detail}")
+            }
+            other => panic!("backward {backward}: expected corruption, got {other:?}"),
+        }
+    }
+    assert!(reads(&db) > 0);
+}
