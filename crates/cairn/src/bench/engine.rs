@@ -87,6 +87,11 @@ pub trait Engine: Send + Sync {
     fn index_memory(&self) -> Option<(f64, String)> {
         None
     }
+    /// What the engine reports about its scans (CairnDB: chunks shared
+    /// scans read and waited for), for the note of a scan phase.
+    fn scan_note(&self) -> Option<String> {
+        None
+    }
     /// Settles the data: a full compaction (with value GC where the
     /// engine has it), waiting for it. `Ok(false)` if the adapter has no
     /// such call and the engine is left to compact on its own.
@@ -270,6 +275,13 @@ impl Engine for CairnEngine {
     fn compact(&self) -> BenchResult<bool> {
         self.db.compact()?;
         Ok(true)
+    }
+    fn scan_note(&self) -> Option<String> {
+        let s = self.db.stats();
+        Some(format!(
+            "shared scans read {} chunks of 1 MiB, waited {} times",
+            s.scan_chunk_reads, s.scan_chunk_waits
+        ))
     }
     fn index_memory(&self) -> Option<(f64, String)> {
         let s = self.db.stats();

@@ -104,9 +104,10 @@ impl ReadView {
         let mut device = Vec::new();
         for mut run in runs {
             let got = match self.segment(run.segment) {
-                // A long run of a flushed segment: shared with other
+                // A long run of a flushed segment read ahead (a long
+                // scan: past its first 127 entries): shared with other
                 // scanners; sliced here if every chunk is kept already.
-                Some((_, true)) if run.end - run.start >= SHARE_RUN_MIN => {
+                Some((_, true)) if overlap && run.end - run.start >= SHARE_RUN_MIN => {
                     run.shared = true;
                     match run.chunks(|seg, index| self.share.ready(seg, index)) {
                         Some(chunks) => run.slice_chunks(&chunks),

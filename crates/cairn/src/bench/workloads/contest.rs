@@ -385,6 +385,7 @@ fn read_phases(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) {
             ops: n,
             user_bytes: data,
             note: db.index_memory().map(|(_, note)| note),
+            note_device_reads: true,
             ..Outcome::default()
         })
     });
@@ -429,6 +430,8 @@ fn read_phases(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) {
         Ok(Outcome {
             ops: n * passes,
             user_bytes: data * passes,
+            note: db.scan_note(),
+            note_device_reads: true,
             ..Outcome::default()
         })
     });

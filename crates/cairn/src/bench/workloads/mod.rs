@@ -55,6 +55,11 @@ pub struct Outcome {
     pub latency_us: Option<(f64, f64)>,
     /// A remark for the row (`Row::note`).
     pub note: Option<String>,
+    /// Add the device bytes read per user byte to the note (read
+    /// phases: 1.0 means each byte the phase counts came from the device
+    /// once; shared scans and the page cache bring it below the number of
+    /// scanners).
+    pub note_device_reads: bool,
 }
 
 impl Ctx {
@@ -183,6 +188,14 @@ impl Ctx {
         let stats = monitor.stop();
         let write_amp = (outcome.written_bytes > 0 && self.disk.is_some())
             .then(|| stats.disk_write_bytes as f64 / outcome.written_bytes as f64);
+        let mut note = outcome.note;
+        if outcome.note_device_reads && self.disk.is_some() && outcome.user_bytes > 0 {
+            let reads = format!(
+                "device read {:.2}x the data",
+                stats.disk_read_bytes as f64 / outcome.user_bytes as f64
+            );
+            note = Some(note.map_or(reads.clone(), |n| format!("{n}; {reads}")));
+        }
         self.rows.push(Row {
             engine: self.engine_name.clone(),
             workload: workload.to_owned(),
@@ -199,7 +212,7 @@ impl Ctx {
             latency_us: outcome.latency_us,
             unit,
             target: None,
-            note: outcome.note,
+            note,
             skipped: None,
             others_cpu: Some(stats.others_cpu),
         });
