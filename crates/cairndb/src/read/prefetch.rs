@@ -105,7 +105,7 @@ impl ReadView {
         for mut run in runs {
             let got = match self.segment(run.segment) {
                 // A long run of a flushed segment read ahead (a long
-                // scan: past its first 63 entries): shared with other
+                // scan: past its first 127 entries): shared with other
                 // scanners; sliced here if every chunk is kept already.
                 Some((_, true)) if overlap && run.end - run.start >= SHARE_RUN_MIN => {
                     run.shared = true;
