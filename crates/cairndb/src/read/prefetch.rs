@@ -258,8 +258,14 @@ impl Run {
         self.members
             .iter()
             .map(|&(i, p)| {
-                let value =
-                    share::gather(chunks, first, p.offset, p.len as usize).filter(|v| p.matches(v));
+                let (index, from) = (p.offset / CHUNK, (p.offset % CHUNK) as usize);
+                let len = p.len as usize;
+                let one = chunks.get(usize::try_from(index - first).unwrap_or(usize::MAX));
+                let value = match one {
+                    // Within one chunk: checked once for all its scanners.
+                    Some(c) if from + len <= CHUNK as usize => c.checked_value(from, len, p.crc),
+                    _ => share::gather(chunks, first, p.offset, len).filter(|v| p.matches(v)),
+                };
                 (i, value)
             })
             .collect()

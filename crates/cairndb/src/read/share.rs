@@ -36,11 +36,28 @@ pub const SHARE_CHUNKS: usize = 16;
 pub const SHARE_RUN_MIN: u64 = 256 << 10;
 
 /// One chunk's bytes (fewer than [`CHUNK`] at the end of a file), in a
-/// buffer aligned for direct IO.
+/// buffer aligned for direct IO, and the values in it whose checksum a
+/// scan has checked already.
 pub struct Chunk {
     raw: Vec<u8>,
     skip: usize,
     len: usize,
+    /// One slot per KiB of the chunk: the value starting in that KiB that
+    /// passed its check (`checked_tag`), or 0. Scanners sharing the chunk
+    /// then check each value once between them, not once each; a value
+    /// that shares its KiB with another may be checked again (its slot
+    /// was taken), never skipped wrongly (the tag names offset, length and
+    /// checksum exactly).
+    checked: Box<[AtomicU64]>,
+}
+
+/// Bytes per slot of `Chunk::checked`.
+const CHECK_SLOT: usize = 1024;
+
+/// The tag of a checked value at `from` in a chunk: valid bit, checksum,
+/// length (up to `CHUNK`, 21 bits), offset within its slot (10 bits).
+fn checked_tag(from: usize, len: usize, crc: u32) -> u64 {
+    1 << 63 | u64::from(crc) << 31 | (len as u64) << 10 | (from % CHECK_SLOT) as u64
 }
 
 impl Chunk {
@@ -48,7 +65,31 @@ impl Chunk {
     pub fn zeroed(len: usize, align: usize) -> Chunk {
         let raw = vec![0u8; len + align];
         let skip = raw.as_ptr().align_offset(align.max(1)).min(align);
-        Chunk { raw, skip, len }
+        let checked = (0..len.div_ceil(CHECK_SLOT))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        Chunk {
+            raw,
+            skip,
+            len,
+            checked,
+        }
+    }
+
+    /// A copy of the value of `len` bytes at `from` if its masked CRC-32C
+    /// is `crc` (as `ValuePtr::matches`), computed only if no scan has
+    /// checked this value in this chunk before.
+    pub fn checked_value(&self, from: usize, len: usize, crc: u32) -> Option<Vec<u8>> {
+        let value = self.bytes().get(from..from.checked_add(len)?)?;
+        let slot = self.checked.get(from / CHECK_SLOT)?;
+        let tag = checked_tag(from, len, crc);
+        if slot.load(Ordering::Acquire) != tag {
+            if crate::format::coding::crc(value) != crc {
+                return None;
+            }
+            slot.store(tag, Ordering::Release);
+        }
+        Some(value.to_vec())
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -244,6 +285,23 @@ mod tests {
         c.bytes_mut().fill(fill);
         assert_eq!(c.bytes().as_ptr() as usize % 4096, 0);
         Arc::new(c)
+    }
+
+    #[test]
+    fn a_value_is_checked_once_per_offset_length_and_checksum() {
+        let mut c = Chunk::zeroed(8192, 4096);
+        c.bytes_mut()[1100..1200].fill(7);
+        let crc = crate::format::coding::crc(&c.bytes()[1100..1200]);
+        assert_eq!(c.checked_value(1100, 100, crc).expect("matches"), [7; 100]);
+        assert_ne!(c.checked[1].load(Ordering::Relaxed), 0, "remembered");
+        assert!(
+            c.checked_value(1100, 100, crc ^ 1).is_none(),
+            "other checksum"
+        );
+        assert!(c.checked_value(1100, 99, crc).is_none(), "other length");
+        assert!(c.checked_value(1101, 100, crc).is_none(), "other offset");
+        assert_eq!(c.checked_value(1100, 100, crc).expect("again"), [7; 100]);
+        assert!(c.checked_value(8100, 100, crc).is_none(), "past the end");
     }
 
     #[test]
