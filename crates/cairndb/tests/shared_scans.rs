@@ -185,3 +185,51 @@ fn damage_in_a_shared_chunk_is_reported_at_its_key() {
     }
     assert!(reads(&db) > 0);
 }
+
+/// On the real file system, through the page cache and with direct reads
+/// (aligned chunks, the last one cut where the file ends): values of
+/// uneven sizes, settled, scanned both ways by two scanners at once.
+#[test]
+fn shared_scans_on_the_real_file_system() {
+    for direct in [false, true] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let o = Options {
+            background_compaction: false,
+            value_separation_min: 1024,
+            direct_value_reads: direct,
+            ..Options::default()
+        };
+        let db = Db::open(tmp.path(), o).expect("open");
+        let n = 3000;
+        let sized = |i: usize| {
+            let mut v = value(i);
+            v.resize(1500 + (i * 37) % 3500, b'z');
+            v
+        };
+        for i in (0..n).map(|i| (i * 4099) % n) {
+            db.put(key(i), sized(i)).expect("put");
+        }
+        db.compact().expect("compact");
+        std::thread::scope(|s| {
+            for backward in [false, true] {
+                let db = &db;
+                s.spawn(move || {
+                    let mut got: Vec<_> = if backward {
+                        db.iter().rev().collect::<cairndb::Result<_>>()
+                    } else {
+                        db.iter().collect::<cairndb::Result<_>>()
+                    }
+                    .expect("scan");
+                    if backward {
+                        got.reverse();
+                    }
+                    assert_eq!(got.len(), n, "direct {direct} backward {backward}");
+                    for (i, kv) in got.iter().enumerate() {
+                        assert!(*kv == (key(i), sized(i)), "direct {direct}: entry {i}");
+                    }
+                });
+            }
+        });
+        assert!(reads(&db) > 0, "direct {direct}: no chunk was shared");
+    }
+}
