@@ -76,6 +76,20 @@ impl Chunk {
         }
     }
 
+    /// This buffer made ready for `len` new bytes (no value checked), if
+    /// it can hold them; the bytes are left as they are (the caller
+    /// overwrites them, and `truncate`s to what it wrote).
+    fn reuse(mut self, len: usize) -> Option<Chunk> {
+        if self.raw.len() - self.skip < len || self.checked.len() < len.div_ceil(CHECK_SLOT) {
+            return None;
+        }
+        self.len = len;
+        for slot in self.checked.iter_mut() {
+            *slot.get_mut() = 0;
+        }
+        Some(self)
+    }
+
     /// A copy of the value of `len` bytes at `from` if its masked CRC-32C
     /// is `crc` (as `ValuePtr::matches`), computed only if no scan has
     /// checked this value in this chunk before.
@@ -133,7 +147,13 @@ pub struct ChunkShare {
     /// Chunks read from files, and waits for a read in flight (stats).
     reads: AtomicU64,
     waits: AtomicU64,
+    /// Buffers of dropped chunks nobody held any more, for the next reads
+    /// (a new 1 MiB buffer costs a zeroing or 256 page faults).
+    spare: Mutex<Vec<Chunk>>,
 }
+
+/// Spare buffers kept.
+const SPARE_MAX: usize = 4;
 
 impl ChunkShare {
     /// Chunk `index` of `seg`, if it is kept and read; never waits.
@@ -164,8 +184,13 @@ impl ChunkShare {
                     (slot.cell.clone(), false)
                 }
                 None => {
-                    if map.slots.len() >= SHARE_CHUNKS {
-                        evict_one(&mut map);
+                    if map.slots.len() >= SHARE_CHUNKS
+                        && let Some(buffer) = evict_one(&mut map)
+                    {
+                        let mut spare = self.spare.lock();
+                        if spare.len() < SPARE_MAX {
+                            spare.push(buffer);
+                        }
                     }
                     let cell = Arc::new(Cell {
                         state: Mutex::new(None),
@@ -200,7 +225,10 @@ impl ChunkShare {
             bytes: None,
         };
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let bytes = seg.read_chunk(index * CHUNK, CHUNK as usize, direct).ok();
+        let len = CHUNK as usize;
+        let buffer = self.spare.lock().pop().and_then(|c| c.reuse(len));
+        let buffer = buffer.unwrap_or_else(|| Chunk::zeroed(len, crate::io::DIRECT_ALIGN));
+        let bytes = seg.read_chunk(buffer, index * CHUNK, direct).ok();
         publish.bytes = bytes.map(Arc::new);
         let bytes = publish.bytes.clone();
         drop(publish);
@@ -219,17 +247,19 @@ impl ChunkShare {
 }
 
 /// Drops the least recently used chunk that is not being read (if every
-/// kept chunk is being read, the share grows by one until they finish).
-fn evict_one(map: &mut Map) {
+/// kept chunk is being read, the share grows by one until they finish);
+/// returns its buffer if no scan holds the chunk any more. Called under
+/// the map lock, so nobody can take a new reference to the dropped cell.
+fn evict_one(map: &mut Map) -> Option<Chunk> {
     let victim = map
         .slots
         .iter()
         .filter(|(_, s)| s.cell.state.lock().is_some())
         .min_by_key(|(_, s)| s.used)
-        .map(|(k, _)| *k);
-    if let Some(k) = victim {
-        map.slots.remove(&k);
-    }
+        .map(|(k, _)| *k)?;
+    let slot = map.slots.remove(&victim)?;
+    let cell = Arc::try_unwrap(slot.cell).ok()?;
+    Arc::try_unwrap(cell.state.into_inner()??).ok()
 }
 
 /// Hands a chunk read's outcome to its waiters when dropped; a failed read
@@ -302,6 +332,20 @@ mod tests {
         assert!(c.checked_value(1101, 100, crc).is_none(), "other offset");
         assert_eq!(c.checked_value(1100, 100, crc).expect("again"), [7; 100]);
         assert!(c.checked_value(8100, 100, crc).is_none(), "past the end");
+    }
+
+    #[test]
+    fn a_reused_buffer_forgets_its_checks() {
+        let mut c = Chunk::zeroed(8192, 4096);
+        c.bytes_mut()[..100].fill(3);
+        let crc = crate::format::coding::crc(&c.bytes()[..100]);
+        assert!(c.checked_value(0, 100, crc).is_some());
+        c.truncate(200);
+        let c = c.reuse(8192).expect("room for a whole chunk");
+        assert_eq!(c.bytes().len(), 8192);
+        assert_eq!(c.bytes().as_ptr() as usize % 4096, 0, "still aligned");
+        assert!(c.checked.iter().all(|s| s.load(Ordering::Relaxed) == 0));
+        assert!(Chunk::zeroed(1024, 4096).reuse(8192).is_none(), "too small");
     }
 
     #[test]

@@ -135,22 +135,22 @@ impl SegmentFile {
         }
     }
 
-    /// Up to `len` bytes at `offset` (fewer where the file ends) into a
-    /// buffer aligned for direct IO: chunk reads of shared scans
-    /// (`read/share.rs`). With `direct`, `offset` and `len` must be
-    /// multiples of `io::DIRECT_ALIGN`.
+    /// Up to `chunk`'s length of bytes at `offset` (fewer where the file
+    /// ends) into `chunk`, a buffer aligned for direct IO: chunk reads of
+    /// shared scans (`read/share.rs`). With `direct`, `offset` and the
+    /// length must be multiples of `io::DIRECT_ALIGN`.
     pub fn read_chunk(
         &self,
+        mut chunk: crate::read::share::Chunk,
         offset: u64,
-        len: usize,
         direct: bool,
     ) -> io::Result<crate::read::share::Chunk> {
+        let len = chunk.bytes().len();
         let handle = if direct {
             self.handle(&self.direct, true)?
         } else {
             self.handle(&self.reader, false)?
         };
-        let mut chunk = crate::read::share::Chunk::zeroed(len, crate::io::DIRECT_ALIGN);
         // A direct read must ask for whole aligned blocks, also at the end
         // of the file: read the file's last block whole and cut after.
         let got = if direct {
