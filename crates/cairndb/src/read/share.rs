@@ -158,13 +158,7 @@ const SPARE_MAX: usize = 4;
 impl ChunkShare {
     /// Chunk `index` of `seg`, if it is kept and read; never waits.
     pub fn ready(&self, seg: u64, index: u64) -> Option<ChunkBytes> {
-        let mut map = self.map.lock();
-        map.tick += 1;
-        let tick = map.tick;
-        let slot = map.slots.get_mut(&(seg, index))?;
-        slot.used = tick;
-        let cell = slot.cell.clone();
-        drop(map);
+        let cell = touch(&mut self.map.lock(), (seg, index))?;
         cell.state.lock().clone().flatten()
     }
 
@@ -176,13 +170,8 @@ impl ChunkShare {
         let key = (seg.number, index);
         let (cell, mine) = {
             let mut map = self.map.lock();
-            map.tick += 1;
-            let tick = map.tick;
-            match map.slots.get_mut(&key) {
-                Some(slot) => {
-                    slot.used = tick;
-                    (slot.cell.clone(), false)
-                }
+            match touch(&mut map, key) {
+                Some(cell) => (cell, false),
                 None => {
                     if map.slots.len() >= SHARE_CHUNKS
                         && let Some(buffer) = evict_one(&mut map)
@@ -198,7 +187,7 @@ impl ChunkShare {
                     });
                     let slot = Slot {
                         cell: cell.clone(),
-                        used: tick,
+                        used: map.tick,
                     };
                     map.slots.insert(key, slot);
                     (cell, true)
@@ -244,6 +233,15 @@ impl ChunkShare {
     pub fn waits(&self) -> u64 {
         self.waits.load(Ordering::Relaxed)
     }
+}
+
+/// The cell of chunk `key` if the map has it, marked as just used.
+fn touch(map: &mut Map, key: (u64, u64)) -> Option<Arc<Cell>> {
+    map.tick += 1;
+    let tick = map.tick;
+    let slot = map.slots.get_mut(&key)?;
+    slot.used = tick;
+    Some(slot.cell.clone())
 }
 
 /// Drops the least recently used chunk that is not being read (if every

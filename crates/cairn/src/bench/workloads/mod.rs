@@ -194,7 +194,10 @@ impl Ctx {
                 "device read {:.2}x the data",
                 stats.disk_read_bytes as f64 / outcome.user_bytes as f64
             );
-            note = Some(note.map_or(reads.clone(), |n| format!("{n}; {reads}")));
+            note = Some(match note {
+                Some(n) => format!("{n}; {reads}"),
+                None => reads,
+            });
         }
         self.rows.push(Row {
             engine: self.engine_name.clone(),
