@@ -111,6 +111,9 @@ pub(crate) struct Counters {
     pub value_bytes_moved: AtomicU64,
     /// Bytes appended to journals since open.
     pub journal_bytes: AtomicU64,
+    /// Groups committed, and the batches in them (`Stats::write_groups`).
+    pub groups: AtomicU64,
+    pub grouped_batches: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -505,6 +508,8 @@ impl Db {
             slowdown_micros: inner.counters.slowdown_micros.load(Ordering::Relaxed),
             journal_prewrites: inner.counters.prewrites.load(Ordering::Relaxed),
             journal_presyncs: inner.counters.presyncs.load(Ordering::Relaxed),
+            write_groups: inner.counters.groups.load(Ordering::Relaxed),
+            write_group_batches: inner.counters.grouped_batches.load(Ordering::Relaxed),
             scan_chunk_reads: inner.share.reads(),
             scan_chunk_waits: inner.share.waits(),
             value_bytes_moved: inner.counters.value_bytes_moved.load(Ordering::Relaxed),
@@ -558,6 +563,11 @@ pub struct Stats {
     /// Background syncs of a filling journal started since open, so that
     /// sealing it waits only for its last few MiB.
     pub journal_presyncs: u64,
+    /// Commit groups written to the journal since open (each one append,
+    /// and one fdatasync if a member asked for sync), and the batches
+    /// they held: their ratio is how many writers one append served.
+    pub write_groups: u64,
+    pub write_group_batches: u64,
     /// Chunks long scans read from segment files since open (shared
     /// scans: a chunk other scanners also needed is counted once).
     pub scan_chunk_reads: u64,

@@ -304,7 +304,6 @@ impl Inner {
         // Where each member's batch lies in `buf`, so the memtable can
         // point at separated values where they land in the journal.
         let mut placed: Vec<Option<std::ops::Range<usize>>> = Vec::new();
-        let mut rep = Vec::new();
         for p in live() {
             if self.opts.sabotage.split_batches {
                 next = codec::encode_split(
@@ -317,11 +316,14 @@ impl Inner {
                 placed.push(None);
                 continue;
             }
-            rep.clear();
-            rep.extend_from_slice(&p.rep);
-            codec::set_seqno(&mut rep, next);
             let at = buf.len() + codec::JOURNAL_BATCH_AT;
-            codec::encode_journal_record(&mut buf, journal.number, journal.synced_seqno, &rep);
+            codec::encode_journal_record_at(
+                &mut buf,
+                journal.number,
+                journal.synced_seqno,
+                next,
+                &p.rep,
+            );
             placed.push(Some(at..buf.len()));
             next += u64::from(p.count);
         }
@@ -378,6 +380,10 @@ impl Inner {
         self.counters
             .journal_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.counters.groups.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .grouped_batches
+            .fetch_add(placed.len() as u64, Ordering::Relaxed);
         if presync_due {
             journal.presync_at = file.len() + PRESYNC_BYTES;
             journal.presync = file.background_sync().and_then(|job| {
