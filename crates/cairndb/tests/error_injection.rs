@@ -465,3 +465,66 @@ fn a_full_device_pauses_flushes_and_they_resume() {
     );
     println!("full device: {written} writes before the no-space error, resumed after");
 }
+
+/// The background sync of a filling journal (`PRESYNC_BYTES`) fails the
+/// way Linux reports a writeback error: once, the dirty pages dropped,
+/// and the next fdatasync of the file succeeds. The synced write after it
+/// must fail, not succeed on that next fdatasync while the bytes before
+/// it never reached the device; the handle is poisoned for writes and
+/// what was written still reads back.
+#[test]
+fn a_failed_background_journal_sync_fails_the_next_synced_write() {
+    let fs = MemFs::new();
+    fs.set_background_syncs(true);
+    let opts = cairndb::Options {
+        fs: std::sync::Arc::new(fs.clone()),
+        journal_bytes: 64 << 20,
+        memtable_bytes: 64 << 20,
+        value_separation_min: 1024,
+        background_compaction: false,
+        ..cairndb::Options::default()
+    };
+    let db = Db::open(dir(), opts).expect("open");
+    fs.inject(Fault {
+        path_contains: Some(".journal".into()),
+        ..Fault::once(OpKind::Sync, FaultKind::SyncLost)
+    });
+    let value = |i: u32| {
+        let mut v = i.to_le_bytes().to_vec();
+        v.resize(4096, (i % 251) as u8);
+        v
+    };
+    // ~9 MiB of unsynced writes: one background sync starts past 8 MiB.
+    let n = 2_300u32;
+    for i in 0..n {
+        db.put(format!("k{i:05}"), value(i)).expect("unsynced put");
+    }
+    assert!(db.stats().journal_presyncs >= 1, "{:?}", db.stats());
+    // The background sync is the one the fault hits.
+    let start = Instant::now();
+    while fs.fired().is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the background sync never ran"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let synced = db.put_opt("last", "v", &WriteOptions { sync: true });
+    assert!(
+        matches!(synced, Err(Error::Io { .. })),
+        "a synced write after a failed background sync: {synced:?}"
+    );
+    assert!(
+        matches!(db.put("after", "v"), Err(Error::Poisoned(_))),
+        "writes after a failed journal sync must fail"
+    );
+    for i in (0..n).step_by(97) {
+        assert_eq!(
+            db.get(format!("k{i:05}")).expect("get"),
+            Some(value(i)),
+            "key {i}"
+        );
+    }
+    let hits = fs.fired();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+}

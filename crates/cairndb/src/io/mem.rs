@@ -39,7 +39,7 @@ use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Size of a page the simulated device writes back as a unit.
 pub const PAGE: usize = 4096;
@@ -271,6 +271,8 @@ struct Shared {
     locks: Mutex<BTreeSet<PathBuf>>,
     ops: AtomicU64,
     hook: Mutex<Option<Hook>>,
+    /// `MemFs::set_background_syncs`.
+    background_syncs: AtomicBool,
 }
 
 /// An in-memory [`Fs`]. Cloning gives another handle to the same files.
@@ -328,6 +330,7 @@ impl MemFs {
                 locks: Mutex::new(BTreeSet::new()),
                 ops: AtomicU64::new(0),
                 hook: Mutex::new(None),
+                background_syncs: AtomicBool::new(false),
             }),
         }
     }
@@ -342,6 +345,13 @@ impl MemFs {
     /// it may call [`MemFs::crash_image`].
     pub fn set_hook(&self, hook: Option<Hook>) {
         *self.shared.hook.lock() = hook;
+    }
+
+    /// Lets written files offer `FileWrite::background_sync` (off by
+    /// default: a sync on another thread makes the order of operations,
+    /// and so the crash points tests count, vary from run to run).
+    pub fn set_background_syncs(&self, on: bool) {
+        self.shared.background_syncs.store(on, Ordering::Relaxed);
     }
 
     /// Adds a fault; it fires on the `nth + 1`-th matching operation.
@@ -662,40 +672,15 @@ impl FileWrite for MemWrite {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        let fault = self.fs.begin(OpKind::Sync, &self.path);
-        let mut d = self.node.data.lock();
-        match fault {
-            Some((FaultKind::SyncLost, _)) => {
-                let from = d.dirty_from();
-                let to = d.live.len();
-                if from < to {
-                    d.lost.push(from..to);
-                }
-                Err(os_error(EIO))
-            }
-            Some((FaultKind::Misdirect, _)) => {
-                let image = d.synced();
-                let from = d.dirty_from().min(image.len());
-                let dirty = image[from..].to_vec();
-                let mut device = image;
-                let len = device.len();
-                d.restore_old(&mut device, from..len);
-                let at = from.saturating_sub(PAGE);
-                let n = dirty.len().min(device.len() - at);
-                device[at..at + n].copy_from_slice(&dirty[..n]);
-                d.durable = device;
-                d.lost.clear();
-                d.rewritten = None;
-                Ok(())
-            }
-            Some((FaultKind::Eio | FaultKind::Enospc, _)) => MemFs::fail(fault),
-            _ => {
-                d.durable = d.synced();
-                d.lost.clear();
-                d.rewritten = None;
-                Ok(())
-            }
+        sync_node(&self.fs, &self.path, &self.node)
+    }
+
+    fn background_sync(&self) -> Option<super::BackgroundSync> {
+        if !self.fs.shared.background_syncs.load(Ordering::Relaxed) {
+            return None;
         }
+        let (fs, path, node) = (self.fs.clone(), self.path.clone(), self.node.clone());
+        Some(Box::new(move || sync_node(&fs, &path, &node)))
     }
 
     fn len(&self) -> u64 {
@@ -725,6 +710,46 @@ impl FileWrite for MemWrite {
         self.node.data.lock().live.truncate(self.pos);
         // Like the POSIX backend, trimming makes the size durable.
         self.sync()
+    }
+}
+
+/// `FileWrite::sync` of the file `node` at `path`: what an fdatasync makes
+/// durable, or what an injected fault does instead. Also run by the
+/// background syncs `MemFs::set_background_syncs` enables.
+fn sync_node(fs: &MemFs, path: &Path, node: &Node) -> io::Result<()> {
+    let fault = fs.begin(OpKind::Sync, path);
+    let mut d = node.data.lock();
+    match fault {
+        Some((FaultKind::SyncLost, _)) => {
+            let from = d.dirty_from();
+            let to = d.live.len();
+            if from < to {
+                d.lost.push(from..to);
+            }
+            Err(os_error(EIO))
+        }
+        Some((FaultKind::Misdirect, _)) => {
+            let image = d.synced();
+            let from = d.dirty_from().min(image.len());
+            let dirty = image[from..].to_vec();
+            let mut device = image;
+            let len = device.len();
+            d.restore_old(&mut device, from..len);
+            let at = from.saturating_sub(PAGE);
+            let n = dirty.len().min(device.len() - at);
+            device[at..at + n].copy_from_slice(&dirty[..n]);
+            d.durable = device;
+            d.lost.clear();
+            d.rewritten = None;
+            Ok(())
+        }
+        Some((FaultKind::Eio | FaultKind::Enospc, _)) => MemFs::fail(fault),
+        _ => {
+            d.durable = d.synced();
+            d.lost.clear();
+            d.rewritten = None;
+            Ok(())
+        }
     }
 }
 
