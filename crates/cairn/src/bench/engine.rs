@@ -92,6 +92,11 @@ pub trait Engine: Send + Sync {
     fn scan_note(&self) -> Option<String> {
         None
     }
+    /// Commit groups the engine wrote since open and the batches in them
+    /// (CairnDB's `Stats::write_groups`), for the note of a write phase.
+    fn write_groups(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// Settles the data: a full compaction (with value GC where the
     /// engine has it), waiting for it. `Ok(false)` if the adapter has no
     /// such call and the engine is left to compact on its own.
@@ -275,6 +280,10 @@ impl Engine for CairnEngine {
     fn compact(&self) -> BenchResult<bool> {
         self.db.compact()?;
         Ok(true)
+    }
+    fn write_groups(&self) -> Option<(u64, u64)> {
+        let s = self.db.stats();
+        Some((s.write_groups, s.write_group_batches))
     }
     fn scan_note(&self) -> Option<String> {
         let s = self.db.stats();
