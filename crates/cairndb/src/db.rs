@@ -563,9 +563,10 @@ pub struct Stats {
     /// Background syncs of a filling journal started since open, so that
     /// sealing it waits only for its last few MiB.
     pub journal_presyncs: u64,
-    /// Commit groups written to the journal since open (each one append,
+    /// Commit groups that wrote to the journal since open (each one append,
     /// and one fdatasync if a member asked for sync), and the batches
-    /// they held: their ratio is how many writers one append served.
+    /// non-empty batches they held: their ratio is how many writers one
+    /// append served.
     pub write_groups: u64,
     pub write_group_batches: u64,
     /// Chunks long scans read from segment files since open (shared

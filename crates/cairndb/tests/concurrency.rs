@@ -264,3 +264,31 @@ fn handle_types_cross_threads() {
     assert!(a.join().expect("iter thread").iter().all(|v| v == b"v1"));
     assert_eq!(b.join().expect("snapshot thread"), Some(b"v1".to_vec()));
 }
+
+/// Every batch written from several threads is counted once in the
+/// group-commit statistics, and groups never outnumber batches.
+#[test]
+fn group_commit_counts_every_batch_once() {
+    let fs = MemFs::new();
+    let db = Arc::new(Db::open(Path::new("/db"), mem_opts(&fs, 1 << 20)).expect("open"));
+    let (threads, puts) = (4usize, 500usize);
+    let before = db.stats();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let db = db.clone();
+            s.spawn(move || {
+                for i in 0..puts {
+                    db.put(format!("t{t}-{i}"), "v").expect("put");
+                }
+            });
+        }
+    });
+    // An empty batch is no journal record and no batch of a group.
+    db.write(WriteBatch::new(), &WriteOptions::default())
+        .expect("empty batch");
+    let after = db.stats();
+    let batches = after.write_group_batches - before.write_group_batches;
+    let groups = after.write_groups - before.write_groups;
+    assert_eq!(batches, (threads * puts) as u64, "{after:?}");
+    assert!(groups >= 1 && groups <= batches, "{groups} groups");
+}

@@ -380,10 +380,12 @@ impl Inner {
         self.counters
             .journal_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.counters.groups.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .grouped_batches
-            .fetch_add(placed.len() as u64, Ordering::Relaxed);
+        if !placed.is_empty() {
+            self.counters.groups.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .grouped_batches
+                .fetch_add(placed.len() as u64, Ordering::Relaxed);
+        }
         if presync_due {
             journal.presync_at = file.len() + PRESYNC_BYTES;
             journal.presync = file.background_sync().and_then(|job| {
