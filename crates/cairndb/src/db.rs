@@ -564,7 +564,7 @@ pub struct Stats {
     /// sealing it waits only for its last few MiB.
     pub journal_presyncs: u64,
     /// Commit groups that wrote to the journal since open (each one append,
-    /// and one fdatasync if a member asked for sync), and the batches
+    /// and one fdatasync if a member asked for sync), and the
     /// non-empty batches they held: their ratio is how many writers one
     /// append served.
     pub write_groups: u64,
