@@ -117,7 +117,7 @@ pub fn encode_journal_record(out: &mut Vec<u8>, number: u64, mark: u64, rep: &[u
 /// would otherwise copy each batch once more only to set 8 bytes.
 pub fn encode_journal_record_at(out: &mut Vec<u8>, number: u64, mark: u64, seqno: u64, rep: &[u8]) {
     let Some(rest) = rep.get(8..) else {
-        // Shorter than a seqno: not a batch `WriteBatch` made; framed as is.
+        // Shorter than a seqno: no batch `WriteBatch` made; framed as is.
         return encode_journal_record(out, number, mark, rep);
     };
     let mut head = [0u8; MARK_LEN + 8];
@@ -195,13 +195,14 @@ mod tests {
         push_op(&mut rep, Kind::Delete, b"gone", b"");
         set_count(&mut rep, 2);
         set_seqno(&mut rep, 5);
+        let before = rep.clone();
         let mut copy = rep.clone();
         set_seqno(&mut copy, 0x0102_0304_0506);
         let (mut a, mut b) = (Vec::new(), Vec::new());
         encode_journal_record(&mut a, 9, 77, &copy);
         encode_journal_record_at(&mut b, 9, 77, 0x0102_0304_0506, &rep);
         assert_eq!(a, b);
-        assert_ne!(rep, copy, "the caller's batch is left as it was");
+        assert_eq!(rep, before, "the caller's batch is left as it was");
     }
 
     /// format.md §Log records, worked example: one synced put as the first

@@ -171,8 +171,8 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
     );
     set_target(ctx, WRITE_TARGET);
     ctx.flush_and_measure_space(data)?;
-    // The values lie in write order (random in key order): one scan of
-    // them, from the device, reads them at random however it is built.
+    // The values lie in write order, random in key order: a scan of them
+    // from the device reads at random, whatever the engine does.
     drop_page_cache();
     let entry = (8 + cfg.value_len) as u64;
     ctx.phase(
