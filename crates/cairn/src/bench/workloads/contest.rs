@@ -24,7 +24,7 @@
 //! the writer process cached survives. The child reports its rows and
 //! timelines back as JSON (`bench::wire`).
 
-use super::{Ctx, Outcome, Rng, check_value, key_index, make_key, make_value, parallel};
+use super::{Ctx, Outcome, Rng, check_value, checked_scan, make_key, make_value, parallel};
 use crate::bench::device::DeviceLimits;
 use crate::bench::engine::{Engine, EngineConfig};
 use crate::bench::{BenchResult, Progress, wire};
@@ -474,31 +474,9 @@ fn scan_every_key(
     share: u64,
     pass: u64,
 ) -> BenchResult<()> {
-    let mut prev: Option<u64> = None;
-    let mut seen = 0u64;
-    let mut bad = None;
-    db.scan(&[], usize::MAX, &mut |key, v| {
-        let r = key_index(key)
-            .filter(|&k| prev.is_none_or(|p| k > p))
-            .ok_or_else(|| format!("pass {pass}: scan out of order after {seen} keys"))
-            .and_then(|k| check_value(k, v).map(|()| k));
-        match r {
-            Ok(k) => {
-                prev = Some(k);
-                seen += 1;
-                p.add(1, share);
-                true
-            }
-            Err(e) => {
-                bad = Some(e);
-                false
-            }
-        }
-    })?;
-    if let Some(e) = bad {
-        return Err(e.into());
-    }
-    if seen != n {
+    let seen = checked_scan(db.as_ref(), &[], usize::MAX, |_| p.add(1, share))
+        .map_err(|e| format!("pass {pass}: {e}"))?;
+    if seen as u64 != n {
         return Err(format!("pass {pass}: scan saw {seen} of {n} keys").into());
     }
     Ok(())

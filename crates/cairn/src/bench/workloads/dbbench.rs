@@ -9,7 +9,8 @@
 //! readseq also require every key to be present.
 
 use super::{
-    Ctx, Outcome, Rng, check_value, key_index, make_key, make_value, parallel, percentiles,
+    Ctx, Outcome, Rng, check_value, checked_scan, key_index, make_key, make_value, parallel,
+    percentiles,
 };
 use crate::bench::device::DeviceLimits;
 use crate::bench::engine::Engine;
@@ -148,25 +149,12 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
                 let mut rng = Rng::new(cfg.seed + 200 + t as u64);
                 for _ in 0..seeks {
                     let from = rng.below(n);
-                    let mut next = from;
-                    let mut bad = None;
-                    db.scan(&make_key(from, kl), 100, &mut |k, v| {
-                        let r = key_index(k)
-                            .filter(|&i| i >= next)
-                            .ok_or("seek scan out of order".to_owned());
-                        match r.and_then(|i| check_value(i, v).map(|()| i)) {
-                            Ok(i) => {
-                                next = i + 1;
-                                true
-                            }
-                            Err(e) => {
-                                bad = Some(e);
-                                false
-                            }
-                        }
+                    let mut first = None;
+                    checked_scan(db.as_ref(), &make_key(from, kl), 100, |i| {
+                        first.get_or_insert(i);
                     })?;
-                    if let Some(e) = bad {
-                        return Err(e.into());
+                    if first.is_some_and(|i| i < from) {
+                        return Err(format!("seek to {from} began at {first:?}").into());
                     }
                     p.add(1, 0);
                 }

@@ -357,6 +357,46 @@ pub fn make_value(i: u64, version: u32, len: usize) -> Vec<u8> {
     v
 }
 
+/// Scans up to `limit` entries from `from`, checking that key indexes
+/// ascend strictly and that each value is the one `make_value` wrote for
+/// its key; calls `each` with every key index. Returns the entries seen.
+/// The first entry that fails a check ends the scan with its reason.
+pub fn checked_scan(
+    db: &dyn Engine,
+    from: &[u8],
+    limit: usize,
+    mut each: impl FnMut(u64),
+) -> BenchResult<usize> {
+    let mut prev: Option<u64> = None;
+    let mut bad = None;
+    let seen = db.scan(from, limit, &mut |key, v| {
+        let r = key_index(key)
+            .filter(|&k| prev.is_none_or(|p| k > p))
+            .ok_or_else(|| {
+                format!(
+                    "scan out of order after key {}",
+                    prev.map_or("-".into(), |p| p.to_string())
+                )
+            })
+            .and_then(|k| check_value(k, v).map(|()| k));
+        match r {
+            Ok(k) => {
+                prev = Some(k);
+                each(k);
+                true
+            }
+            Err(e) => {
+                bad = Some(e);
+                false
+            }
+        }
+    })?;
+    match bad {
+        Some(e) => Err(e.into()),
+        None => Ok(seen),
+    }
+}
+
 /// Checks a value read for key index `i`; `Err(reason)` if it is not a
 /// value `make_value` wrote for that key.
 pub fn check_value(i: u64, v: &[u8]) -> Result<(), String> {

@@ -13,7 +13,7 @@
 //! fails the phase.
 
 use super::{
-    Ctx, Outcome, Rng, Zipf, check_value, key_index, make_key, make_value, parallel, percentiles,
+    Ctx, Outcome, Rng, Zipf, check_value, checked_scan, make_key, make_value, parallel, percentiles,
 };
 use crate::bench::BenchResult;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -130,27 +130,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config) -> BenchResult<()> {
                         }
                         Op::Scan => {
                             let len = 1 + rng.below(100) as usize;
-                            let mut bad = None;
-                            let mut prev = None;
-                            let seen = db.scan(&make_key(i, 16), len, &mut |k, v| {
-                                let r = key_index(k)
-                                    .filter(|&j| prev.is_none_or(|p| j > p))
-                                    .ok_or_else(|| "scan out of order".to_owned())
-                                    .and_then(|j| check_value(j, v).map(|()| j));
-                                match r {
-                                    Ok(j) => {
-                                        prev = Some(j);
-                                        true
-                                    }
-                                    Err(e) => {
-                                        bad = Some(e);
-                                        false
-                                    }
-                                }
-                            })?;
-                            if let Some(e) = bad {
-                                return Err(e.into());
-                            }
+                            let seen = checked_scan(db.as_ref(), &make_key(i, 16), len, |_| {})?;
                             bytes = seen as u64 * entry;
                         }
                     }
