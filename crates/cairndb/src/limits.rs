@@ -24,6 +24,10 @@ pub const SEQNO_MAX: u64 = (1 << 56) - 1;
 /// Most free journal files kept for reuse (`Options::journal_recycle`):
 /// one is taken at each seal, and a flush frees about one.
 pub const FREE_JOURNALS_MAX: usize = 2;
+/// Bytes of one direct write of a staged journal (`Options::journal_direct`):
+/// the device probe here reaches its sequential-write limit with requests
+/// of 256 KiB to 4 MiB.
+pub const JOURNAL_CHUNK_BYTES: usize = 1 << 20;
 
 const _: () = assert!(KEY_LEN_MAX <= u32::MAX as usize); // key lengths are stored as varint32
 const _: () = assert!(BATCH_BYTES_MAX <= u32::MAX as usize); // journal record lengths are u32

@@ -83,6 +83,19 @@ pub struct Options {
     /// too (docs/architecture.md §Journal pre-writing). Unsynced writes
     /// never pre-write, so bulk loads write each byte once. Default true.
     pub journal_prewrite: bool,
+    /// Write the journal with direct IO in 1 MiB chunks, staging appends
+    /// in a 16 MiB memory-mapped ring (`STAGE` in the directory) so an
+    /// unsynced write survives kill -9 before its chunk is written; a
+    /// synced write writes the unaligned tail itself (architecture.md
+    /// §Direct journal). Only where the file system supports shared
+    /// mappings (Unix, `PosixFs`); other backends ignore it. Default
+    /// false while it is measured.
+    pub journal_direct: bool,
+    /// Bytes of the staging ring of `journal_direct`: how far appends may
+    /// run ahead of the journal's direct writes, and page cache the ring
+    /// keeps. A multiple of `limits::JOURNAL_CHUNK_BYTES` (1 MiB), at
+    /// least two. Default 16 MiB.
+    pub journal_ring_bytes: usize,
     /// Recycle journal files: an obsolete journal (flushed, no live value
     /// left in it) is kept as `NNNNNN.free`, up to `limits::FREE_JOURNALS_MAX`
     /// files, and the next journal is made from it, so appends overwrite
@@ -163,6 +176,8 @@ impl Options {
             value_gc_pace: 1.0,
             direct_value_reads: false,
             journal_prewrite: true,
+            journal_direct: false,
+            journal_ring_bytes: 16 << 20,
             journal_recycle: true,
             background_compaction: true,
             sabotage: Sabotage::default(),
@@ -184,6 +199,12 @@ impl Options {
         }
         if self.journal_bytes == 0 {
             return bad("journal_bytes must be > 0");
+        }
+        let chunk = crate::limits::JOURNAL_CHUNK_BYTES;
+        if !self.journal_ring_bytes.is_multiple_of(chunk)
+            || !(2 * chunk..=1 << 30).contains(&self.journal_ring_bytes)
+        {
+            return bad("journal_ring_bytes must be a multiple of 1 MiB in 2 MiB ..= 1 GiB");
         }
         if self.memtables_sealed_max == 0 {
             return bad("memtables_sealed_max must be >= 1");

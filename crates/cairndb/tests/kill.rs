@@ -74,9 +74,17 @@ const CHILD_LIFETIME_MAX: Duration = Duration::from_secs(120);
 /// checksum (8).
 const VALUE_OVERHEAD: usize = 20;
 
-fn options() -> Options {
+/// Set (to anything) for a child writing with `Options::journal_direct`.
+const ENV_DIRECT: &str = "CAIRNDB_KILL_CHILD_DIRECT";
+
+/// `direct`: the journal written with direct IO through the staging ring
+/// (2 MiB, so it wraps often), and memtables of 256 KiB so journals grow
+/// past whole chunks before they are sealed.
+fn options(direct: bool) -> Options {
     Options {
-        memtable_bytes: 48 << 10,
+        memtable_bytes: if direct { 256 << 10 } else { 48 << 10 },
+        journal_direct: direct,
+        journal_ring_bytes: 2 << 20,
         table_bytes: 64 << 10,
         level1_bytes: 256 << 10,
         block_cache_bytes: 256 << 10,
@@ -210,7 +218,8 @@ fn kill_child_writer() {
     let seed = env_u64(ENV_SEED).expect("child seed");
     let first = env_u64(ENV_FIRST).expect("child first batch id");
     let started = Instant::now();
-    let db = Db::open(&dir, options()).expect("child: open");
+    let direct = std::env::var_os(ENV_DIRECT).is_some();
+    let db = Db::open(&dir, options(direct)).expect("child: open");
     let mut out = std::io::stdout().lock();
     // The harness has printed `test kill_child_writer ... ` without a
     // newline: end that line so every ack starts its own.
@@ -323,9 +332,20 @@ struct ChildRun {
 }
 
 /// Runs a child on `dir` from batch `first`, kills it after `delay`.
-fn run_child(dir: &Path, seed: u64, first: u64, delay: Duration, iter: usize) -> ChildRun {
+fn run_child(
+    dir: &Path,
+    seed: u64,
+    first: u64,
+    delay: Duration,
+    iter: usize,
+    direct: bool,
+) -> ChildRun {
     let exe = std::env::current_exe().expect("current_exe");
-    let mut child = Command::new(&exe)
+    let mut command = Command::new(&exe);
+    if direct {
+        command.env(ENV_DIRECT, "1");
+    }
+    let mut child = command
         .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
         .env(ENV_DIR, dir)
         .env(ENV_SEED, seed.to_string())
@@ -382,6 +402,18 @@ fn percentile(sorted: &[Duration], p: usize) -> f64 {
 
 #[test]
 fn kill_9_loses_no_acknowledged_write() {
+    kill_loop(false);
+}
+
+/// The same with the journal written by direct IO through the staging
+/// ring (`Options::journal_direct`): unsynced writes acknowledged while
+/// only in the ring must be recovered from it.
+#[test]
+fn kill_9_loses_no_acknowledged_write_direct_journal() {
+    kill_loop(true);
+}
+
+fn kill_loop(direct: bool) {
     let iters = env_u64("CAIRNDB_KILL_ITERS").unwrap_or(100) as usize;
     let seed = env_u64("CAIRNDB_KILL_SEED").unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
@@ -389,7 +421,10 @@ fn kill_9_loses_no_acknowledged_write() {
             .expect("clock after 1970");
         splitmix(t.as_nanos() as u64)
     });
-    println!("kill test: {iters} kills, seed {seed} (CAIRNDB_KILL_SEED, CAIRNDB_KILL_ITERS)");
+    println!(
+        "kill test (direct journal: {direct}): {iters} kills, seed {seed} \
+         (CAIRNDB_KILL_SEED, CAIRNDB_KILL_ITERS)"
+    );
     let mut rng = StdRng::seed_from_u64(seed);
     let mut tmp: Option<tempfile::TempDir> = None;
     let mut model = Model::new();
@@ -408,7 +443,7 @@ fn kill_9_loses_no_acknowledged_write() {
         }
         let dir = tmp.as_ref().expect("tempdir").path().to_path_buf();
         let delay = Duration::from_millis(rng.random_range(5..=500));
-        let run = run_child(&dir, seed, next, delay, iter);
+        let run = run_child(&dir, seed, next, delay, iter, direct);
         // The model after every acknowledged batch, and after the one in flight.
         let last = run.acks.last().copied().unwrap_or(next - 1);
         for id in next..=last {
@@ -420,7 +455,7 @@ fn kill_9_loses_no_acknowledged_write() {
         apply(&mut after, &batch(seed, last + 1));
 
         let t = Instant::now();
-        let db = match Db::open(&dir, options()) {
+        let db = match Db::open(&dir, options(direct)) {
             Ok(db) => db,
             Err(e) => {
                 violations.push(format!(

@@ -122,8 +122,9 @@ pub struct BenchArgs {
     /// Engines to run side by side, comma-separated: cairndb, its
     /// controls cairndb-inline (no key-value separation), cairndb-nogc
     /// (value GC's null policy), cairndb-direct (flushed values read
-    /// with direct IO), cairndb-append (no journal pre-writing) and
-    /// cairndb-norecycle (no journal recycling), and
+    /// with direct IO), cairndb-append (no journal pre-writing),
+    /// cairndb-norecycle (no journal recycling) and cairndb-dio-journal
+    /// (the journal written with direct IO through a staging ring), and
     /// the peers rocksdb, lmdb, fjall, redb,
     /// sled (each needs its cargo feature).
     #[arg(long, value_delimiter = ',', default_value = "cairndb")]

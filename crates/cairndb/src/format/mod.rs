@@ -8,5 +8,6 @@ pub mod filter;
 pub mod key;
 pub mod log;
 pub mod manifest;
+pub mod stage;
 pub mod table;
 pub mod vptr;

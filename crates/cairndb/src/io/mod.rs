@@ -17,6 +17,8 @@
 
 mod mem;
 mod posix;
+#[cfg(unix)]
+mod stage;
 
 pub use mem::{Crash, Fault, FaultKind, MemFs, OpInfo, OpKind};
 pub use posix::PosixFs;
@@ -61,6 +63,12 @@ pub trait FileWrite: Send {
     /// writeback error once per open file, so a later `sync` may not see
     /// it again.
     fn background_sync(&self) -> Option<BackgroundSync> {
+        None
+    }
+    /// A reader that sees every appended byte at once, where plain reads
+    /// of the file would not (a staged journal: its newest bytes are only
+    /// in the ring); `None` where reads of the file do.
+    fn reader(&self) -> Option<Arc<dyn FileRead>> {
         None
     }
 }
@@ -144,6 +152,20 @@ pub trait Fs: Send + Sync + 'static {
     fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn FileWrite>>;
     /// Opens an existing file for reading.
     fn open(&self, path: &Path) -> io::Result<Arc<dyn FileRead>>;
+    /// Reopens journal `number` at `path` (just created or reused, empty
+    /// so far) for direct-IO appends staged through the ring file `stage`
+    /// of `ring` bytes (`Options::journal_direct`, `journal_ring_bytes`);
+    /// `None` where the backend has no such thing, and the caller keeps
+    /// its plain handle.
+    fn open_staged(
+        &self,
+        _path: &Path,
+        _stage: &Path,
+        _number: u64,
+        _ring: usize,
+    ) -> io::Result<Option<Box<dyn FileWrite>>> {
+        Ok(None)
+    }
     /// Opens an existing file for direct reads, which bypass the page cache
     /// where the backend can: every read's offset, length and buffer
     /// address must be multiples of [`DIRECT_ALIGN`]. Backends without

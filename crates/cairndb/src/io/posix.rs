@@ -194,6 +194,19 @@ impl Fs for PosixFs {
         let len = file.metadata()?.len();
         Ok(Arc::new(PosixRead { file, len }))
     }
+    #[cfg(unix)]
+    fn open_staged(
+        &self,
+        path: &Path,
+        stage: &Path,
+        number: u64,
+        ring: usize,
+    ) -> io::Result<Option<Box<dyn FileWrite>>> {
+        let read = self.open(path)?;
+        Ok(Some(Box::new(super::stage::open(
+            path, stage, number, ring, read,
+        )?)))
+    }
     fn open_direct(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
         use std::os::unix::fs::OpenOptionsExt;
         match OpenOptions::new()

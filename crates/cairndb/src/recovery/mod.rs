@@ -31,6 +31,7 @@ use crate::format::log::{self, Framing, RecordKind, Tail};
 use crate::format::manifest::{
     Edit, MANIFEST_FORMAT, MANIFEST_FORMAT_MIN, MANIFEST_FORMAT_NUMBERED_JOURNALS,
 };
+use crate::format::stage as stage_format;
 use crate::format::table::TableOptions;
 use crate::io::{self, Fs};
 use crate::limits::SEQNO_MAX;
@@ -110,12 +111,17 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     } else {
         0
     };
-    let reaper = Arc::new(Reaper::new(
-        fs.clone(),
-        dir.clone(),
-        free_max,
-        Box::new(move |n| evict_from.evict(n)),
-    ));
+    let reaper = Arc::new(Reaper {
+        stage: opts
+            .journal_direct
+            .then(|| (files::stage(&dir), opts.journal_ring_bytes)),
+        ..Reaper::new(
+            fs.clone(),
+            dir.clone(),
+            free_max,
+            Box::new(move |n| evict_from.evict(n)),
+        )
+    });
     let table_opts = TableOptions {
         block_size: opts.block_bytes,
         restart_interval: opts.block_restart_interval,
@@ -293,6 +299,9 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             FileKind::Table(n) => !live.contains(n),
             FileKind::Values(n) => !rec.version.segments.contains_key(n),
             FileKind::Temp => true,
+            // Its content was replayed above; a handle without direct
+            // journals has no use for it.
+            FileKind::Stage => !opts.journal_direct,
             _ => false,
         };
         if garbage {
@@ -308,6 +317,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             mem: Arc::new(Memtable::with_segment(SegmentFile::new_journal(
                 &reaper,
                 journal_number,
+                journal_file.reader(),
             ))),
             sealed: Vec::new(),
             pressure: crate::compaction::write_pressure(&rec.version, &opts),
@@ -561,6 +571,11 @@ fn replay_journal(
         log::scan_framed(d, framing, |_, _, _| true).tail == Tail::Clean
     })
     .map_err(|e| Error::io(format!("reading journal {}", path.display()), e))?;
+    let data = if may_be_torn {
+        with_staged_tail(fs, dir, number, framing, data, *last_seqno)?
+    } else {
+        data
+    };
     // Damage is a torn tail unless an intact record after it continues
     // this journal (a batch with a higher seqno than everything before the
     // damage; a stored value that happens to hold a record image does not
@@ -650,6 +665,79 @@ fn replay_journal(
         }
     }
     Ok(())
+}
+
+/// The newest journal's bytes with the records only the staging ring
+/// holds appended (`Options::journal_direct`, format.md §Stage ring): after
+/// kill -9 the file ends where its last direct write ended, and the
+/// records acknowledged after that are in the ring. The file's intact
+/// records are kept as they are; from where they end, the ring's records
+/// are taken for as long as each continues the seqnos of the one before —
+/// past the real end the ring holds older bytes of the same journal (or
+/// of an earlier one), which never do. A damaged file (intact records
+/// after its damage) is returned as it is, for the usual checks to judge.
+fn with_staged_tail(
+    fs: &dyn Fs,
+    dir: &Path,
+    number: u64,
+    framing: Framing,
+    mut data: Vec<u8>,
+    last_seqno: u64,
+) -> Result<Vec<u8>> {
+    let path = files::stage(dir);
+    if !fs.exists(&path) {
+        return Ok(data);
+    }
+    let stage =
+        io::read_all(fs, &path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    let Some(header) = stage_format::decode_header(&stage) else {
+        return Ok(data);
+    };
+    if header.journal != number {
+        return Ok(data);
+    }
+    let scan = log::scan_framed(&data, framing, journal_continues(last_seqno));
+    let end = match scan.tail {
+        Tail::Clean => data.len(),
+        Tail::Torn { offset } => offset as usize,
+        Tail::Damaged { .. } => return Ok(data),
+    };
+    let batch = |kind: RecordKind, payload: &[u8]| {
+        batch_codec::split_journal_record(kind, payload)
+            .and_then(|(_, b)| batch_codec::decode(b).ok())
+            .map(|b| (b.first_seqno, b.ops.len() as u64))
+    };
+    let mut next = match scan.records.last() {
+        Some(&(_, kind, p)) => match batch(kind, p) {
+            Some((first, count)) => first + count,
+            None => return Ok(data),
+        },
+        None => last_seqno + 1,
+    };
+    // From `end` on: the file's bytes below `flushed` (a record may
+    // straddle it), the ring's from there.
+    let ring_from = usize::try_from(header.flushed)
+        .unwrap_or(usize::MAX)
+        .clamp(end, data.len());
+    let mut tail = data[end..ring_from].to_vec();
+    tail.extend_from_slice(&stage_format::unwrap_from(
+        &stage,
+        header.ring,
+        ring_from as u64,
+    ));
+    let mut keep = 0;
+    for (_, kind, payload) in log::scan_framed(&tail, framing, |_, _, _| false).records {
+        match batch(kind, payload) {
+            Some((first, count)) if first == next && count > 0 => {
+                next = first + count;
+                keep = payload.as_ptr() as usize - tail.as_ptr() as usize + payload.len();
+            }
+            _ => break,
+        }
+    }
+    data.truncate(end);
+    data.extend_from_slice(&tail[..keep]);
+    Ok(data)
 }
 
 /// Writes `mem` to a level-0 table (if non-empty), records it in `edit`,

@@ -9,6 +9,7 @@
 //! | `NNNNNN.values`    | values a compaction moved out of a journal |
 //! | `NNNNNN.free`      | a journal file kept for reuse as a new journal |
 //! | `LOCK`             | held by the open handle                 |
+//! | `STAGE`            | the direct journal's staging ring       |
 //! | `*.tmp`            | a file being written; deleted on open   |
 //!
 //! All numbers come from one counter (`next_file` in the manifest).
@@ -30,6 +31,9 @@ pub fn table(dir: &Path, n: u64) -> PathBuf {
 pub fn values(dir: &Path, n: u64) -> PathBuf {
     dir.join(format!("{n:06}.values"))
 }
+pub fn stage(dir: &Path) -> PathBuf {
+    dir.join("STAGE")
+}
 pub fn free(dir: &Path, n: u64) -> PathBuf {
     dir.join(format!("{n:06}.free"))
 }
@@ -45,6 +49,7 @@ pub enum FileKind {
     Free(u64),
     Temp,
     Lock,
+    Stage,
     Other,
 }
 
@@ -54,6 +59,9 @@ pub fn parse(name: &str) -> FileKind {
     }
     if name == "LOCK" {
         return FileKind::Lock;
+    }
+    if name == "STAGE" {
+        return FileKind::Stage;
     }
     if name.ends_with(".tmp") {
         return FileKind::Temp;

@@ -58,6 +58,9 @@ pub struct Reaper {
     pub free_max: usize,
     /// Journals made from free files.
     pub recycled: std::sync::atomic::AtomicU64,
+    /// The staging ring new journals are written through
+    /// (`Options::journal_direct`), if any, and its size.
+    pub stage: Option<(PathBuf, usize)>,
 }
 
 impl Reaper {
@@ -75,6 +78,7 @@ impl Reaper {
             free: parking_lot::Mutex::new(Vec::new()),
             free_max,
             recycled: std::sync::atomic::AtomicU64::new(0),
+            stage: None,
         }
     }
 
@@ -82,6 +86,18 @@ impl Reaper {
     /// if one is kept (renamed, its old bytes overwritten as the journal
     /// grows), else as a new file. The caller syncs the directory.
     pub fn new_journal(&self, number: u64) -> std::io::Result<Box<dyn crate::io::FileWrite>> {
+        let file = self.new_journal_file(number)?;
+        if let Some((stage, ring)) = &self.stage
+            && let Some(staged) =
+                self.fs
+                    .open_staged(&files::journal(&self.dir, number), stage, number, *ring)?
+        {
+            return Ok(staged);
+        }
+        Ok(file)
+    }
+
+    fn new_journal_file(&self, number: u64) -> std::io::Result<Box<dyn crate::io::FileWrite>> {
         let path = files::journal(&self.dir, number);
         loop {
             let Some(free) = self.free.lock().pop() else {

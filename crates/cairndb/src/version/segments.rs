@@ -57,9 +57,19 @@ impl SegmentFile {
     /// The handle of journal `number`, which this process has just
     /// created: every record in it is numbered, so once obsolete its file
     /// may be reused (`Reaper::new_journal`).
-    pub fn new_journal(reaper: &Arc<Reaper>, number: u64) -> Arc<SegmentFile> {
+    /// `reader`: the journal writer's own reader, where plain reads of the
+    /// file would miss its newest bytes (`FileWrite::reader`).
+    pub fn new_journal(
+        reaper: &Arc<Reaper>,
+        number: u64,
+        reader: Option<Arc<dyn FileRead>>,
+    ) -> Arc<SegmentFile> {
         let segment = SegmentFile::get(reaper, number);
         segment.recyclable.store(true, Ordering::Release);
+        if let Some(r) = reader {
+            r.advise_random();
+            let _ = segment.reader.set(r);
+        }
         segment
     }
 

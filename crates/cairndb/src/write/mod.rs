@@ -622,12 +622,14 @@ impl Inner {
                 let path = files::journal(&self.dir, number);
                 Error::io(format!("creating journal {}", path.display()), e)
             })?;
+        let reader = new_file.reader();
         journal.file = Some(new_file);
         journal.number = number;
         journal.presync_at = PRESYNC_BYTES;
         {
             let mut s = self.state.write();
-            let fresh = Memtable::with_segment(SegmentFile::new_journal(&self.reaper, number));
+            let segment = SegmentFile::new_journal(&self.reaper, number, reader);
+            let fresh = Memtable::with_segment(segment);
             let old = std::mem::replace(&mut s.mem, Arc::new(fresh));
             s.sealed.push(old);
         }
