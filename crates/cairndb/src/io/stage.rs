@@ -162,16 +162,23 @@ impl Shared {
     /// zero-padded to a page. Caller holds `io` and is the appender (no
     /// append runs): the padding lies past `appended`.
     fn write_tail(&self, upto: u64) -> io::Result<()> {
-        let at = self.flushed.load(Ordering::Acquire);
-        let n = (upto - at) as usize;
+        let flushed = self.flushed.load(Ordering::Acquire);
+        let in_file = self.in_file.load(Ordering::Acquire);
         // Nothing appended since the last tail write (or trim).
-        if n == 0 || self.in_file.load(Ordering::Acquire) >= upto {
+        if upto == flushed || in_file >= upto {
             return Ok(());
         }
+        // From the page the last tail write ended in: a run of small
+        // synced commits writes each page about once, not the whole
+        // partial chunk each time.
+        let at = flushed.max(in_file - in_file % PAGE as u64);
+        let n = (upto - at) as usize;
         let padded = n.next_multiple_of(PAGE);
-        // SAFETY: `at` is chunk aligned and `padded <= CHUNK`, so the bytes
-        // are contiguous in the ring. Bytes `n..padded` are past
-        // `appended`: nobody reads them, and no append runs meanwhile.
+        // SAFETY: `at` is page aligned, in the chunk that starts at
+        // `flushed`, and `upto < flushed + CHUNK` (whole chunks were written
+        // first), so the bytes are contiguous in the ring. Bytes
+        // `n..padded` are past `appended`: nobody reads them, and no
+        // append runs meanwhile.
         let tail = unsafe {
             std::ptr::write_bytes(self.ring_at(at).add(n), 0, padded - n);
             std::slice::from_raw_parts(self.ring_at(at), padded)
@@ -601,6 +608,25 @@ mod tests {
             std::fs::metadata(dir.path().join("j")).unwrap().len(),
             model.len() as u64
         );
+        let mut all = vec![0u8; model.len()];
+        reader.read_exact_at(&mut all, 0).unwrap();
+        assert!(all == model);
+    }
+
+    #[test]
+    fn small_synced_appends_write_only_their_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = staged(dir.path(), 5);
+        let reader = w.reader().unwrap();
+        let mut model = Vec::new();
+        for i in 0..500u64 {
+            let piece = bytes(i + 11, 1000 + (i as usize * 37) % 3000);
+            w.append(&piece).unwrap();
+            model.extend_from_slice(&piece);
+            w.sync().unwrap();
+        }
+        let file = std::fs::read(dir.path().join("j")).unwrap();
+        assert!(file[..model.len()] == model[..]);
         let mut all = vec![0u8; model.len()];
         reader.read_exact_at(&mut all, 0).unwrap();
         assert!(all == model);
