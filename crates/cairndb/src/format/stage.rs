@@ -50,11 +50,12 @@ pub fn encode_header(ring: u64, journal: u64) -> [u8; HEADER_USED] {
     h
 }
 
-/// The header of a stage file whose checked fields are intact and whose
-/// ring fits in the file; `None` for anything else (a torn or foreign
-/// header means the ring holds nothing recovery may use).
-pub fn decode_header(file: &[u8]) -> Option<Header> {
-    let h = file.get(..HEADER_USED)?;
+/// The header at the start of `head`, of a stage file `file_len` bytes
+/// long, if its checked fields are intact and its ring fits in the file;
+/// `None` for anything else (a torn or foreign header means the ring
+/// holds nothing recovery may use).
+pub fn decode_header(head: &[u8], file_len: u64) -> Option<Header> {
+    let h = head.get(..HEADER_USED)?;
     let mut r = Reader::new(h);
     let magic = r.bytes(8)?;
     let (version, zero) = (r.u32_le()?, r.u32_le()?);
@@ -65,7 +66,7 @@ pub fn decode_header(file: &[u8]) -> Option<Header> {
     if magic != MAGIC || version != VERSION || zero != 0 || sum != crc(&h[..32]) {
         return None;
     }
-    let fits = (file.len() as u64)
+    let fits = file_len
         .checked_sub(HEADER_LEN as u64)
         .is_some_and(|room| ring > 0 && ring <= room);
     fits.then_some(Header {
@@ -105,20 +106,27 @@ mod tests {
             journal: 42,
             flushed: 0,
         };
-        assert_eq!(decode_header(&f), Some(h));
+        assert_eq!(decode_header(&f, f.len() as u64), Some(h));
         for i in 0..36 {
             let mut bad = f.clone();
             bad[i] ^= 0x10;
-            assert_eq!(decode_header(&bad), None, "flip at byte {i}");
+            assert_eq!(
+                decode_header(&bad, f.len() as u64),
+                None,
+                "flip at byte {i}"
+            );
         }
         // `flushed` is outside the checksum.
         let mut moved = f.clone();
         moved[FLUSHED_AT..FLUSHED_AT + 8].copy_from_slice(&(3u64 << 20).to_le_bytes());
         let flushed = 3 << 20;
-        assert_eq!(decode_header(&moved), Some(Header { flushed, ..h }));
+        assert_eq!(
+            decode_header(&moved, f.len() as u64),
+            Some(Header { flushed, ..h })
+        );
         // A ring longer than the file holds is refused.
-        assert_eq!(decode_header(&f[..HEADER_LEN + 4096]), None);
-        assert_eq!(decode_header(&f[..10]), None);
+        assert_eq!(decode_header(&f, (HEADER_LEN + 4096) as u64), None);
+        assert_eq!(decode_header(&f[..10], f.len() as u64), None);
     }
 
     #[test]

@@ -649,7 +649,7 @@ mod tests {
             ring,
             journal: n,
             flushed,
-        }) = decode_header(&stage)
+        }) = decode_header(&stage, stage.len() as u64)
         else {
             panic!("stage header does not decode");
         };
@@ -677,7 +677,10 @@ mod tests {
         w.sync().unwrap();
         drop(w);
         let mut w = staged_at(dir.path(), "j2", 2);
-        let header = |d: &Path| decode_header(&std::fs::read(d.join("STAGE")).unwrap()).unwrap();
+        let header = |d: &Path| {
+            let f = std::fs::read(d.join("STAGE")).unwrap();
+            decode_header(&f, f.len() as u64).unwrap()
+        };
         assert_eq!(header(dir.path()).journal, 1, "not before the first append");
         w.append(b"two").unwrap();
         assert_eq!(header(dir.path()).journal, 2);

@@ -688,14 +688,23 @@ fn with_staged_tail(
     if !fs.exists(&path) {
         return Ok(data);
     }
-    let stage =
-        io::read_all(fs, &path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-    let Some(header) = stage_format::decode_header(&stage) else {
+    let ctx = |e| Error::io(format!("reading {}", path.display()), e);
+    let file = fs.open(&path).map_err(ctx)?;
+    // The header first: the ring is read only if it holds this journal.
+    let mut head = [0u8; stage_format::HEADER_USED];
+    if file.len() < head.len() as u64 {
+        return Ok(data);
+    }
+    file.read_exact_at(&mut head, 0).map_err(ctx)?;
+    let Some(header) = stage_format::decode_header(&head, file.len()) else {
         return Ok(data);
     };
     if header.journal != number {
         return Ok(data);
     }
+    // `decode_header` checked that the ring fits in the file.
+    let mut stage = vec![0u8; stage_format::HEADER_LEN + header.ring as usize];
+    file.read_exact_at(&mut stage, 0).map_err(ctx)?;
     let scan = log::scan_framed(&data, framing, journal_continues(last_seqno));
     let end = match scan.tail {
         Tail::Clean => data.len(),
