@@ -717,11 +717,12 @@ fn with_staged_tail(
             .map(|b| (b.first_seqno, b.ops.len() as u64))
     };
     let mut next = match scan.records.last() {
-        Some(&(_, kind, p)) => match batch(kind, p) {
-            Some((first, count)) => first + count,
+        // Seqnos from disk: checked, as replay checks them again later.
+        Some(&(_, kind, p)) => match batch(kind, p).and_then(|(f, n)| f.checked_add(n)) {
+            Some(next) => next,
             None => return Ok(data),
         },
-        None => last_seqno + 1,
+        None => last_seqno.saturating_add(1),
     };
     // From `end` on: the file's bytes below `flushed` (a record may
     // straddle it), the ring's from there.
@@ -738,7 +739,10 @@ fn with_staged_tail(
     for (_, kind, payload) in log::scan_framed(&tail, framing, |_, _, _| false).records {
         match batch(kind, payload) {
             Some((first, count)) if first == next && count > 0 => {
-                next = first + count;
+                let Some(after) = first.checked_add(count) else {
+                    break;
+                };
+                next = after;
                 keep = payload.as_ptr() as usize - tail.as_ptr() as usize + payload.len();
             }
             _ => break,
