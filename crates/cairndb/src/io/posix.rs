@@ -25,6 +25,19 @@ struct PosixWrite {
 /// Zeros written per `pwrite` while pre-writing.
 const ZEROS: usize = 1 << 20;
 
+/// Writes zeros to `file` from `from` to `to`, through the page cache, in
+/// writes of `ZEROS` bytes (journal pre-writing, plain and staged).
+pub(super) fn write_zeros(file: &File, from: u64, to: u64) -> io::Result<()> {
+    let zeros = vec![0u8; ZEROS];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZEROS as u64) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 /// Appended bytes between writeback starts. Each time this much has been
 /// appended, the kernel is asked to start writing it out
 /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, which does not wait), so a
@@ -82,13 +95,7 @@ impl FileWrite for PosixWrite {
         if up_to <= self.size {
             return Ok(());
         }
-        let zeros = vec![0u8; ZEROS];
-        let mut at = self.size;
-        while at < up_to {
-            let n = (up_to - at).min(ZEROS as u64) as usize;
-            self.file.write_all_at(&zeros[..n], at)?;
-            at += n as u64;
-        }
+        write_zeros(&self.file, self.size, up_to)?;
         self.size = up_to;
         self.file.sync_data()
     }

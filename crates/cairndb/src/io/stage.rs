@@ -407,13 +407,7 @@ impl super::FileWrite for StagedWrite {
         }
         // Through the page cache, as `PosixWrite` does; a direct write
         // over these pages later takes them out of the cache.
-        let zeros = vec![0u8; 1 << 20];
-        let mut at = self.size;
-        while at < up_to {
-            let n = (up_to - at).min(zeros.len() as u64) as usize;
-            self.plain.write_all_at(&zeros[..n], at)?;
-            at += n as u64;
-        }
+        super::posix::write_zeros(&self.plain, self.size, up_to)?;
         self.size = up_to;
         self.plain.sync_data()
     }
