@@ -33,6 +33,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
+/// Bytes of each value: 4 KiB, as in the contest.
+pub const VALUE_LEN: usize = 4096;
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub keys: u64,
