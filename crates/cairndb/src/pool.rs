@@ -27,8 +27,6 @@ pub struct WorkerPool {
     started: AtomicUsize,
     /// Jobs queued or running.
     pending: Arc<AtomicUsize>,
-    /// CPUs this process may run on, read once.
-    cores: usize,
 }
 
 /// Counts a job done when dropped, also if the job panicked.
@@ -48,14 +46,7 @@ impl WorkerPool {
             rx,
             started: AtomicUsize::new(0),
             pending: Arc::new(AtomicUsize::new(0)),
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
-    }
-
-    /// CPUs this process may run on: how many jobs of pure computation
-    /// are worth running at once.
-    pub fn cores(&self) -> usize {
-        self.cores
     }
 
     /// Runs `job` on a worker thread, or here if no thread can be started.

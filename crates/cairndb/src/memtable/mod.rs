@@ -1,36 +1,63 @@
-//! The memtable: an ordered, concurrent map from internal key to value.
+//! The memtable: an ordered map from internal key to value, shared by
+//! the commit leader (the one writer) and any number of readers.
 //!
 //! Owns the newest writes until they are flushed to a table. Keys are
 //! encoded internal keys (format/key.rs) ordered by `key::compare`; a delete
-//! is stored with `Kind::Delete` and an empty value. Inserts come from the
-//! group-commit leader only; reads and cursors run concurrently with it from
-//! any thread (crossbeam's lock-free skiplist). `bytes` counts key and value
-//! bytes plus a per-entry overhead estimate, and decides when the memtable
-//! is sealed.
+//! is stored with `Kind::Delete` and an empty value. `bytes` counts key and
+//! value bytes plus a per-entry overhead estimate, and decides when the
+//! memtable is sealed.
+//!
+//! The map is a B-tree (`std::collections::BTreeMap`) behind a
+//! `parking_lot::RwLock`, not a lock-free skiplist. Measured on this
+//! project's 2-core VM, 120,000 and 500,000 random 16-byte keys with their
+//! tags and 100-byte values, one thread (benchmarks.md, "Seventh
+//! session"): crossbeam's skiplist 1.3–2.5 µs per insert and 1.3–2.8 µs
+//! per lookup, the B-tree 0.7–1.4 µs and 0.6–1.1 µs, in the same runs. A
+//! skiplist search follows one pointer per node it passes, and at these
+//! sizes nearly every one is a cache miss; a B-tree node holds eleven
+//! keys side by side, so a search misses about once per level of a tree
+//! only four or five deep. Inserting a group is what a synced commit and
+//! a random load spend most of their CPU on (DESIGN.md fact 5).
+//!
+//! Sharing: the leader inserts through a [`MemWriter`], which holds the
+//! write lock for one batch but yields it to waiting readers every
+//! `WRITER_YIELD_OPS` inserts, so a reader waits for at most that many
+//! inserts (about 10–50 µs). Readers hold the read lock only while they
+//! search or copy out a chunk of entries; nothing borrows the map beyond
+//! one call. A memtable no insert has reached is read without the lock
+//! (`bytes` is 0): every entry a reader may see was counted before its
+//! seqno was published (`Inner::last_seqno`, Release), and the reader
+//! loaded that seqno (Acquire) before it looks, so an entry it must see
+//! is never hidden by that shortcut.
 
 use crate::format::key::{self, Kind};
 use crate::version::segments::SegmentFile;
-use crossbeam_skiplist::SkipMap;
+use parking_lot::{RwLock, RwLockWriteGuard};
 use smallvec::SmallVec;
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 
-/// Estimated skiplist overhead per entry (node, tower, boxes), in bytes.
+/// Estimated map overhead per entry (its share of a B-tree node, the
+/// value's box), in bytes.
 const ENTRY_OVERHEAD: usize = 64;
 
+/// A writer yields the write lock to waiting readers after this many
+/// inserts: the longest a reader waits for an insert in progress.
+const WRITER_YIELD_OPS: usize = 64;
+
 /// Internal keys up to this many bytes (a user key of up to 24 bytes and
-/// its tag) are stored inside the skiplist node.
+/// its tag) are stored inside the map's node.
 const IKEY_INLINE: usize = 32;
 
 /// An encoded internal key ordered in internal order.
 ///
-/// Short keys live inline, in the skiplist node itself: a search then
-/// touches one cache line per node it passes instead of two (the node,
-/// then a boxed key elsewhere on the heap), which halves the cache misses
-/// of memtable inserts and lookups (fact 5 of DESIGN.md: the memtable is a
-/// top source of cache misses in random writes).
+/// Short keys live inline, in the B-tree node itself: a search compares
+/// keys that lie side by side in the node instead of following a pointer
+/// to each (fact 5 of DESIGN.md: the memtable is a top source of cache
+/// misses in random writes).
 #[derive(Clone, PartialEq, Eq)]
 pub struct IKey(SmallVec<[u8; IKEY_INLINE]>);
 
@@ -74,8 +101,10 @@ pub enum Lookup {
     Deleted,
 }
 
+type Map = BTreeMap<IKey, Box<[u8]>>;
+
 pub struct Memtable {
-    map: SkipMap<IKey, Box<[u8]>>,
+    map: RwLock<Map>,
     bytes: AtomicUsize,
     /// Number of the journal file holding this memtable's writes.
     journal: u64,
@@ -85,10 +114,36 @@ pub struct Memtable {
     segment: Option<Arc<SegmentFile>>,
 }
 
+/// Inserts into one memtable, holding its write lock (module header:
+/// yielded to waiting readers every `WRITER_YIELD_OPS` inserts).
+pub struct MemWriter<'a> {
+    map: RwLockWriteGuard<'a, Map>,
+    bytes: &'a AtomicUsize,
+    since_yield: usize,
+}
+
+impl MemWriter<'_> {
+    pub fn insert(&mut self, user_key: &[u8], seqno: u64, kind: Kind, value: &[u8]) {
+        let ikey = IKey::new(user_key, key::make_tag(seqno, kind as u8));
+        // Counted before the entry exists: a reader that finds `bytes` at
+        // 0 may skip the map (module header).
+        self.bytes.fetch_add(
+            ikey.0.len() + value.len() + ENTRY_OVERHEAD,
+            AtomicOrdering::Relaxed,
+        );
+        self.map.insert(ikey, value.into());
+        self.since_yield += 1;
+        if self.since_yield >= WRITER_YIELD_OPS {
+            self.since_yield = 0;
+            RwLockWriteGuard::bump(&mut self.map);
+        }
+    }
+}
+
 impl Memtable {
     pub fn new(journal: u64) -> Self {
         Memtable {
-            map: SkipMap::new(),
+            map: RwLock::new(Map::new()),
             bytes: AtomicUsize::new(0),
             journal,
             segment: None,
@@ -112,13 +167,19 @@ impl Memtable {
         self.segment.as_ref()
     }
 
+    /// A writer for a run of inserts (one batch): takes the write lock.
+    pub fn writer(&self) -> MemWriter<'_> {
+        MemWriter {
+            map: self.map.write(),
+            bytes: &self.bytes,
+            since_yield: 0,
+        }
+    }
+
+    /// One insert (tests); a batch goes through one [`Memtable::writer`].
+    #[cfg(test)]
     pub fn insert(&self, user_key: &[u8], seqno: u64, kind: Kind, value: &[u8]) {
-        let ikey = IKey::new(user_key, key::make_tag(seqno, kind as u8));
-        self.bytes.fetch_add(
-            ikey.0.len() + value.len() + ENTRY_OVERHEAD,
-            AtomicOrdering::Relaxed,
-        );
-        self.map.insert(ikey, value.into());
+        self.writer().insert(user_key, seqno, kind, value);
     }
 
     /// Approximate memory held, in bytes.
@@ -127,32 +188,47 @@ impl Memtable {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.approx_bytes() == 0
     }
 
-    /// The newest version of `user_key` with seqno <= `snapshot`, if any.
+    /// The first entry at or after `seek`, looked up under the read lock,
+    /// and `f` of it; `None` for an empty memtable without taking the lock.
+    fn first_from<R>(&self, seek: &IKey, f: impl FnOnce(&[u8], &[u8]) -> Option<R>) -> Option<R> {
+        if self.is_empty() {
+            return None;
+        }
+        let map = self.map.read();
+        let (k, v) = map
+            .range((Bound::Included(seek), Bound::Unbounded))
+            .next()?;
+        f(k.as_bytes(), v)
+    }
+
     /// Seqno of the newest version of `user_key` (a put or a tombstone).
     pub fn newest_seqno(&self, user_key: &[u8]) -> Option<u64> {
         let seek = IKey::new(
             user_key,
             key::make_tag(crate::limits::SEQNO_MAX, key::KIND_SEEK),
         );
-        let entry = self.map.lower_bound(Bound::Included(&seek))?;
-        let (ukey, tag) = key::split(entry.key().as_bytes())?;
-        (ukey == user_key).then(|| key::tag_seqno(tag))
+        self.first_from(&seek, |ikey, _| {
+            let (ukey, tag) = key::split(ikey)?;
+            (ukey == user_key).then(|| key::tag_seqno(tag))
+        })
     }
 
+    /// The newest version of `user_key` with seqno <= `snapshot`, if any.
     pub fn get(&self, user_key: &[u8], snapshot: u64) -> Option<Lookup> {
         let seek = IKey::new(user_key, key::make_tag(snapshot, key::KIND_SEEK));
-        let entry = self.map.lower_bound(Bound::Included(&seek))?;
-        let (ukey, tag) = key::split(entry.key().as_bytes())?;
-        if ukey != user_key {
-            return None;
-        }
-        Some(match Kind::from_u8(key::tag_kind(tag)) {
-            Some(Kind::Put) => Lookup::Found(entry.value().to_vec()),
-            Some(Kind::Pointer) => Lookup::Pointer(entry.value().to_vec()),
-            _ => Lookup::Deleted,
+        self.first_from(&seek, |ikey, value| {
+            let (ukey, tag) = key::split(ikey)?;
+            if ukey != user_key {
+                return None;
+            }
+            Some(match Kind::from_u8(key::tag_kind(tag)) {
+                Some(Kind::Put) => Lookup::Found(value.to_vec()),
+                Some(Kind::Pointer) => Lookup::Pointer(value.to_vec()),
+                _ => Lookup::Deleted,
+            })
         })
     }
 
@@ -168,19 +244,19 @@ impl Memtable {
         max: usize,
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Option<Bound<Vec<u8>>> {
-        // The last version copied out; its user key's older versions are
-        // skipped.
-        let mut last: Option<crossbeam_skiplist::map::Entry<'_, IKey, Box<[u8]>>> = None;
-        let range = self.map.range((from, Bound::Unbounded));
-        for e in range {
-            let ikey: &[u8] = e.key().as_bytes();
+        if self.is_empty() {
+            return None;
+        }
+        let map = self.map.read();
+        // The user key of the last version copied out; its older versions
+        // are skipped.
+        let mut last: Option<&[u8]> = None;
+        for (k, v) in map.range((from, Bound::Unbounded)) {
+            let ikey: &[u8] = k.as_bytes();
             let Some((user, tag)) = key::split(ikey) else {
                 continue;
             };
-            if last
-                .as_ref()
-                .is_some_and(|l| key::user_key(l.key().as_bytes()) == user)
-            {
+            if last == Some(user) {
                 continue;
             }
             if out.len() >= max {
@@ -189,8 +265,8 @@ impl Memtable {
             if key::tag_seqno(tag) > snapshot {
                 continue;
             }
-            out.push((ikey.to_vec(), e.value().to_vec()));
-            last = Some(e);
+            out.push((ikey.to_vec(), v.to_vec()));
+            last = Some(user);
         }
         None
     }
@@ -205,45 +281,45 @@ impl Memtable {
         max: usize,
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Option<Bound<Vec<u8>>> {
+        if self.is_empty() {
+            return None;
+        }
+        let map = self.map.read();
         // Backward, a user key's versions come oldest first: the newest
         // visible one is known only when the user key changes.
-        let mut candidate = None;
-        let range = self.map.range((Bound::Unbounded, to));
-        for e in range.rev() {
-            let ikey: &[u8] = e.key().as_bytes();
+        let mut candidate: Option<(&IKey, &[u8])> = None;
+        for (k, v) in map.range((Bound::Unbounded, to)).rev() {
+            let ikey: &[u8] = k.as_bytes();
             let Some((user, tag)) = key::split(ikey) else {
                 continue;
             };
-            let new_user = candidate.as_ref().is_some_and(
-                |c: &crossbeam_skiplist::map::Entry<'_, IKey, Box<[u8]>>| {
-                    key::user_key(c.key().as_bytes()) != user
-                },
-            );
+            let new_user = candidate.is_some_and(|(c, _)| key::user_key(c.as_bytes()) != user);
             if new_user {
-                if let Some(c) = candidate.take() {
-                    out.push((c.key().as_bytes().to_vec(), c.value().to_vec()));
+                if let Some((c, cv)) = candidate.take() {
+                    out.push((c.as_bytes().to_vec(), cv.to_vec()));
                 }
                 if out.len() >= max {
                     return Some(Bound::Included(ikey.to_vec()));
                 }
             }
             if key::tag_seqno(tag) <= snapshot {
-                candidate = Some(e);
+                candidate = Some((k, v));
             }
         }
-        if let Some(c) = candidate {
-            out.push((c.key().as_bytes().to_vec(), c.value().to_vec()));
+        if let Some((c, cv)) = candidate {
+            out.push((c.as_bytes().to_vec(), cv.to_vec()));
         }
         None
     }
 
-    /// Visits every entry in order (for flushing).
+    /// Visits every entry in order (for flushing), holding the read lock
+    /// throughout: a flushed memtable is sealed and takes no inserts.
     pub fn for_each(
         &self,
         mut f: impl FnMut(&[u8], &[u8]) -> crate::Result<()>,
     ) -> crate::Result<()> {
-        for e in self.map.iter() {
-            f(e.key().as_bytes(), e.value())?;
+        for (k, v) in self.map.read().iter() {
+            f(k.as_bytes(), v)?;
         }
         Ok(())
     }
@@ -252,8 +328,9 @@ impl Memtable {
     #[cfg(test)]
     pub fn max_seqno(&self) -> Option<u64> {
         self.map
-            .iter()
-            .filter_map(|e| key::split(e.key().as_bytes()).map(|(_, t)| key::tag_seqno(t)))
+            .read()
+            .keys()
+            .filter_map(|k| key::split(k.as_bytes()).map(|(_, t)| key::tag_seqno(t)))
             .max()
     }
 }

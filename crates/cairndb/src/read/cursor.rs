@@ -45,7 +45,7 @@ impl Cursor for TableCursor {
     }
 }
 
-/// Entries copied out of the memtable by the first skiplist seek, and the
+/// Entries copied out of the memtable by the first seek, and the
 /// most copied by any later one: chunks start small, because short scans
 /// (seek + a few keys) are common and large values make copies costly,
 /// and double up to the maximum for long scans.
@@ -54,7 +54,7 @@ const MEM_CHUNK_MAX: usize = 64;
 
 /// A cursor over a memtable as seen by one snapshot. It copies entries
 /// out in chunks and resumes each chunk where the last stopped, so it holds
-/// no borrow of the skiplist. Of each user key it yields only the newest
+/// no borrow of the memtable (nor its lock). Of each user key it yields only the newest
 /// version the snapshot can see (a tombstone included): the older ones
 /// could never be chosen by the iterator above, and with hot keys
 /// overwritten in place they can outnumber the live keys many times over.

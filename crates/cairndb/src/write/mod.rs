@@ -26,7 +26,7 @@ use crate::format::batch as codec;
 use crate::format::key::Kind;
 use crate::format::vptr::ValuePtr;
 use crate::limits::{GROUP_BYTES_MAX, SEQNO_MAX};
-use crate::memtable::Memtable;
+use crate::memtable::{MemWriter, Memtable};
 use crate::options::WriteOptions;
 use crate::txn::Validation;
 use crate::txn::recent::RecentWrites;
@@ -109,35 +109,21 @@ pub(crate) struct Separate {
     pub segment: u64,
 }
 
-/// Inserts the ops of batch payload `rep` into `mem` with seqnos from
+/// Inserts the ops of batch payload `rep` through `mem` with seqnos from
 /// `seqno` on; returns the next seqno. With `place` = (file offset of
 /// `rep`'s first byte in its journal, rule), values of at least `min`
 /// bytes go in as pointers to where they lie in the journal. Shared by
 /// commits and journal replay, so both build the same memtable.
 pub(crate) fn insert_batch(
-    mem: &Memtable,
+    mem: &mut MemWriter<'_>,
     rep: &[u8],
     seqno: u64,
     place: Option<(u64, &Separate)>,
-) -> std::result::Result<u64, String> {
-    insert_ops(mem, rep, seqno, place, 0..usize::MAX)
-}
-
-/// [`insert_batch`] for the ops of `rep` whose index is in `which` only;
-/// op `i` gets seqno `seqno + i`. Returns `seqno` plus the batch's count.
-fn insert_ops(
-    mem: &Memtable,
-    rep: &[u8],
-    seqno: u64,
-    place: Option<(u64, &Separate)>,
-    which: std::ops::Range<usize>,
 ) -> std::result::Result<u64, String> {
     let decoded = codec::decode(rep)?;
     let next = seqno + decoded.ops.len() as u64;
     let mut ptr = Vec::with_capacity(crate::format::vptr::VPTR_LEN_MAX);
-    let end = which.end.min(decoded.ops.len());
-    let start = which.start.min(end);
-    for (seqno, op) in (seqno + start as u64..).zip(&decoded.ops[start..end]) {
+    for (seqno, op) in (seqno..).zip(&decoded.ops) {
         match place {
             Some((at, rule)) if op.kind == Kind::Put && op.value.len() >= rule.min => {
                 // `op.value` borrows from `rep`, so its distance from
@@ -159,7 +145,7 @@ fn insert_ops(
 struct Inserts {
     mem: Arc<Memtable>,
     /// The group's journal records, as appended.
-    buf: Arc<Vec<u8>>,
+    buf: Vec<u8>,
     /// Journal offset of `buf`'s first byte.
     base: u64,
     separate: Separate,
@@ -168,17 +154,12 @@ struct Inserts {
 }
 
 impl Inserts {
-    /// Inserts the ops of the group numbered `ops` (counting across its
-    /// members in order). Seqnos are not published here: readers skip
-    /// entries above `last_seqno`, so inserting before the sync has
-    /// finished shows nothing early. Parts of one group may be inserted
-    /// concurrently (the skiplist takes concurrent inserts).
-    fn run(&self, ops: std::ops::Range<u64>) -> std::result::Result<(), String> {
+    /// Inserts the ops of the whole group, through one writer. Seqnos
+    /// are not published here: readers skip entries above `last_seqno`,
+    /// so inserting before the sync has finished shows nothing early.
+    fn run(&self) -> std::result::Result<(), String> {
+        let mut mem = self.mem.writer();
         for (p, at, first) in &self.items {
-            let mine = ops.start.max(*first)..ops.end.min(first + u64::from(p.count));
-            if mine.is_empty() {
-                continue;
-            }
             // The batch as written (its seqno set), or for the split
             // sabotage the caller's copy, with values kept inline.
             let (rep, place) = match at {
@@ -188,8 +169,7 @@ impl Inserts {
                 ),
                 None => (&p.rep[..], None),
             };
-            let which = (mine.start - first) as usize..(mine.end - first) as usize;
-            insert_ops(&self.mem, rep, *first, place, which)?;
+            insert_batch(&mut mem, rep, *first, place)?;
         }
         Ok(())
     }
@@ -409,7 +389,7 @@ impl Inner {
             .collect();
         let inserts = Inserts {
             mem: self.state.read().mem.clone(),
-            buf: Arc::new(buf),
+            buf,
             base,
             separate: Separate {
                 min: self.opts.value_separation_min,
@@ -420,32 +400,20 @@ impl Inner {
         debug_assert_eq!(seqno, next);
         // With a sync to wait for, a worker inserts meanwhile (the device's
         // flush and the memtable's cache misses overlap); nothing is
-        // published before both are done.
+        // published before both are done. One worker: the memtable takes
+        // one writer at a time.
         let inserted = if sync && next - first >= OFFLOAD_OPS_MIN {
-            // In up to one part per core, each of at least
-            // `OFFLOAD_OPS_MIN` ops, so that a large group's inserts take
-            // no longer than the sync where the cores are free.
-            let parts =
-                ((next - first) / OFFLOAD_OPS_MIN).min(self.workers.cores() as u64) as usize;
             let inserts = Arc::new(inserts);
-            let (tx, rx) = crossbeam_channel::bounded(parts);
-            for part in 0..parts as u64 {
-                let (job, tx) = (inserts.clone(), tx.clone());
-                let n = next - first;
-                let ops = first + n * part / parts as u64..first + n * (part + 1) / parts as u64;
-                self.workers.run(move || {
-                    let _ = tx.send(job.run(ops));
-                });
-            }
-            drop(tx);
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            let job = inserts.clone();
+            self.workers.run(move || {
+                let _ = tx.send(job.run());
+            });
             let synced = file.sync();
             // A job that panicked dropped its sender without a result.
-            let results: Vec<_> = rx.iter().collect();
-            let inserted = if results.len() < parts {
-                Err("a memtable insert job panicked".into())
-            } else {
-                results.into_iter().collect()
-            };
+            let inserted = rx
+                .recv()
+                .unwrap_or_else(|_| Err("a memtable insert job panicked".into()));
             self.synced(journal, synced, next)?;
             (inserted, inserts)
         } else {
@@ -453,7 +421,7 @@ impl Inner {
                 let synced = file.sync();
                 self.synced(journal, synced, next)?;
             }
-            (inserts.run(first..next), Arc::new(inserts))
+            (inserts.run(), Arc::new(inserts))
         };
         let (inserted, inserts) = inserted;
         // `WriteBatch` built every batch, so they decode; if one ever did

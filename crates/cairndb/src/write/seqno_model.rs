@@ -9,15 +9,17 @@
 //!
 //! What is a model here and what is the engine's: `commit_group` and
 //! `view_and_seqno` need a whole `Inner` (journal IO, a `parking_lot`
-//! `RwLock`) and the memtable is a crossbeam skiplist, none of which loom
-//! can run. So the steps above are restated here, one line each, with the
-//! same orderings; the batches are real `WriteBatch`es decoded by the real
-//! codec. The memtable is modelled as an insert-only array of entries,
-//! each published with a `Release` store and read with `Acquire` loads:
-//! the ordering the skiplist gives its node links. (A `Mutex<BTreeMap>`
-//! would synchronize reader and writer by itself, and the model could not
-//! tell whether the `last_seqno` orderings matter; with per-entry atomics
-//! it can: weakening the publication to `Relaxed` fails the model.)
+//! `RwLock`) and the memtable is a `parking_lot` `RwLock` over a B-tree,
+//! none of which loom can run. So the steps above are restated here, one
+//! line each, with the same orderings; the batches are real `WriteBatch`es
+//! decoded by the real codec. The memtable is modelled as an insert-only
+//! array of entries, each published with a `Release` store and read with
+//! `Acquire` loads: weaker than the memtable's lock, which would
+//! synchronize reader and writer by itself, so that the model can tell
+//! whether the `last_seqno` orderings matter (weakening the publication
+//! to `Relaxed` fails it). It also models the memtable's lock-free
+//! shortcut: a reader that finds the entry count (`Memtable::bytes`,
+//! raised `Relaxed` before each insert) at 0 sees no entries.
 
 use super::batch::WriteBatch;
 use crate::format::batch as codec;
@@ -36,6 +38,8 @@ struct Memtable {
     /// Slots used; only the writer touches it, under the journal lock, so
     /// it needs no model of its own (a std atomic, not loom's).
     used: AtomicUsize,
+    /// `Memtable::bytes`: raised before each insert, read by readers.
+    counted: AtomicU64,
 }
 
 impl Memtable {
@@ -43,11 +47,13 @@ impl Memtable {
         Memtable {
             slots: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
             used: AtomicUsize::new(0),
+            counted: AtomicU64::new(0),
         }
     }
 
     fn insert(&self, key: u8, seqno: u64, value: u8) {
         let i = self.used.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counted.fetch_add(1, Ordering::Relaxed);
         self.slots[i].store(
             seqno << 16 | u64::from(key) << 8 | u64::from(value),
             Ordering::Release,
@@ -56,6 +62,9 @@ impl Memtable {
 
     /// The entries a reader sees now (each slot loaded once, `Acquire`).
     fn entries(&self) -> Vec<u64> {
+        if self.counted.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
         self.slots
             .iter()
             .map(|s| s.load(Ordering::Acquire))
