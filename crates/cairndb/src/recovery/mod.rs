@@ -658,8 +658,8 @@ fn replay_journal(
         // the start is its offset in the journal.
         let at = (payload.as_ptr() as usize - data.as_ptr() as usize) as u64;
         let place = last.is_some_and(|l| l <= vouched).then_some((at, &rule));
-        let seqno =
-            insert_batch(&mut mem.writer(), payload, batch.first_seqno, place).map_err(bad)?;
+        let seqno = insert_batch(&mut mem.writer(), payload, batch.first_seqno, place, None)
+            .map_err(bad)?;
         *last_seqno = (*last_seqno).max(seqno - 1);
         if mem.approx_bytes() >= memtable_bytes {
             flush(mem)?;

@@ -112,18 +112,23 @@ pub(crate) struct Separate {
 /// Inserts the ops of batch payload `rep` through `mem` with seqnos from
 /// `seqno` on; returns the next seqno. With `place` = (file offset of
 /// `rep`'s first byte in its journal, rule), values of at least `min`
-/// bytes go in as pointers to where they lie in the journal. Shared by
+/// bytes go in as pointers to where they lie in the journal. With
+/// `recent`, each key is also recorded there for commit checks. Shared by
 /// commits and journal replay, so both build the same memtable.
 pub(crate) fn insert_batch(
     mem: &mut MemWriter<'_>,
     rep: &[u8],
     seqno: u64,
     place: Option<(u64, &Separate)>,
+    mut recent: Option<&mut RecentWrites>,
 ) -> std::result::Result<u64, String> {
     let decoded = codec::decode(rep)?;
     let next = seqno + decoded.ops.len() as u64;
     let mut ptr = Vec::with_capacity(crate::format::vptr::VPTR_LEN_MAX);
     for (seqno, op) in (seqno..).zip(&decoded.ops) {
+        if let Some(recent) = recent.as_deref_mut() {
+            recent.record(op.key, seqno);
+        }
         match place {
             Some((at, rule)) if op.kind == Kind::Put && op.value.len() >= rule.min => {
                 // `op.value` borrows from `rep`, so its distance from
@@ -154,10 +159,12 @@ struct Inserts {
 }
 
 impl Inserts {
-    /// Inserts the ops of the whole group, through one writer. Seqnos
-    /// are not published here: readers skip entries above `last_seqno`,
-    /// so inserting before the sync has finished shows nothing early.
-    fn run(&self) -> std::result::Result<(), String> {
+    /// Inserts the ops of the whole group, through one writer, and with
+    /// `recent` records their keys there. Seqnos are not published here:
+    /// readers skip entries above `last_seqno`, so inserting before the
+    /// sync has finished shows nothing early. On an error `recent` may
+    /// hold part of the group: the caller resets it.
+    fn run(&self, mut recent: Option<&mut RecentWrites>) -> std::result::Result<(), String> {
         let mut mem = self.mem.writer();
         for (p, at, first) in &self.items {
             // The batch as written (its seqno set), or for the split
@@ -169,7 +176,7 @@ impl Inserts {
                 ),
                 None => (&p.rep[..], None),
             };
-            insert_batch(&mut mem, rep, *first, place)?;
+            insert_batch(&mut mem, rep, *first, place, recent.as_deref_mut())?;
         }
         Ok(())
     }
@@ -398,22 +405,39 @@ impl Inner {
             items,
         };
         debug_assert_eq!(seqno, next);
-        // With a sync to wait for, a worker inserts meanwhile (the device's
-        // flush and the memtable's cache misses overlap); nothing is
-        // published before both are done. One worker: the memtable takes
-        // one writer at a time.
+        // Once a transaction has begun, the group's keys are recorded in
+        // `journal.recent` for later commit checks (as they are
+        // inserted, in one pass); before that the log just moves past the
+        // group. A transaction that begins after this load pins a seqno
+        // below the group's only if the group is not yet published;
+        // `reset` then leaves it uncovered, and its check takes exact
+        // lookups.
+        let record = self.txn_begun.load(Ordering::SeqCst);
+        // With a sync to wait for, a worker inserts and records meanwhile
+        // (the device's flush and the memtable's cache misses overlap);
+        // nothing is published before both are done. One worker: the
+        // memtable takes one writer at a time. The log moves to the
+        // worker and back; the journal lock, held throughout, keeps
+        // every other user out of it.
         let inserted = if sync && next - first >= OFFLOAD_OPS_MIN {
             let inserts = Arc::new(inserts);
+            let mut recent = std::mem::replace(&mut journal.recent, RecentWrites::new(next));
             let (tx, rx) = crossbeam_channel::bounded(1);
             let job = inserts.clone();
             self.workers.run(move || {
-                let _ = tx.send(job.run());
+                let inserted = job.run(record.then_some(&mut recent));
+                let _ = tx.send((inserted, recent));
             });
             let synced = file.sync();
-            // A job that panicked dropped its sender without a result.
-            let inserted = rx
-                .recv()
-                .unwrap_or_else(|_| Err("a memtable insert job panicked".into()));
+            // A job that panicked dropped its sender without a result; the
+            // log stays the empty one put in its place (reset to `next`).
+            let inserted = match rx.recv() {
+                Ok((inserted, recent)) => {
+                    journal.recent = recent;
+                    inserted
+                }
+                Err(_) => Err("a memtable insert job panicked".into()),
+            };
             self.synced(journal, synced, next)?;
             (inserted, inserts)
         } else {
@@ -421,12 +445,15 @@ impl Inner {
                 let synced = file.sync();
                 self.synced(journal, synced, next)?;
             }
-            (inserts.run(), Arc::new(inserts))
+            let inserted = inserts.run(record.then_some(&mut journal.recent));
+            (inserted, Arc::new(inserts))
         };
         let (inserted, inserts) = inserted;
         // `WriteBatch` built every batch, so they decode; if one ever did
         // not, the journal would hold seqnos that were never published.
         inserted.map_err(|d| {
+            // A gap in the log must never read as "not written".
+            journal.recent.reset(next);
             let e = Error::Poisoned(format!("internal: batch does not decode: {d}"));
             self.set_bg_error(e.duplicate());
             e
@@ -435,37 +462,15 @@ impl Inner {
             p.assigned
                 .store(first + u64::from(p.count) - 1, Ordering::Release);
         }
-        self.record_recent(&mut journal.recent, &inserts, next);
+        if record {
+            journal
+                .recent
+                .bound(|| self.pins.oldest(&self.last_seqno), next);
+        } else {
+            journal.recent.reset(next);
+        }
         self.last_seqno.store(next - 1, Ordering::Release);
         Ok(())
-    }
-
-    /// Notes the group's written keys for later commit checks, once a
-    /// transaction has begun; before that, moves the log past the group.
-    fn record_recent(&self, recent: &mut RecentWrites, inserts: &Inserts, next: u64) {
-        // A transaction that begins after this load pins a seqno below
-        // the group's only if the group is not yet published; `reset`
-        // then leaves it uncovered, and its check takes exact lookups.
-        if !self.txn_begun.load(Ordering::SeqCst) {
-            recent.reset(next);
-            return;
-        }
-        for (p, at, first) in &inserts.items {
-            let rep = match at {
-                Some(r) => &inserts.buf[r.clone()],
-                None => &p.rep[..],
-            };
-            let Ok(decoded) = codec::decode(rep) else {
-                // Unreachable (the inserts decoded it); a gap in the log
-                // must never read as "not written", so start it over.
-                recent.reset(next);
-                return;
-            };
-            for (seqno, op) in (*first..).zip(&decoded.ops) {
-                recent.record(op.key, seqno);
-            }
-        }
-        recent.bound(|| self.pins.oldest(&self.last_seqno), next);
     }
 
     /// Records the outcome of the journal sync that made seqnos below
