@@ -12,7 +12,7 @@
 //! project's 2-core VM, 120,000 and 500,000 random 16-byte keys with their
 //! tags and 100-byte values, one thread (benchmarks.md, "Seventh
 //! session"): crossbeam's skiplist 1.3–2.5 µs per insert and 1.3–2.8 µs
-//! per lookup, the B-tree 0.7–1.4 µs and 0.6–1.1 µs, in the same runs. A
+//! per lookup, the B-tree 0.5–1.4 µs and 0.5–1.2 µs, in the same runs. A
 //! skiplist search follows one pointer per node it passes, and at these
 //! sizes nearly every one is a cache miss; a B-tree node holds eleven
 //! keys side by side, so a search misses about once per level of a tree
