@@ -40,8 +40,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 
-/// Estimated map overhead per entry (its share of a B-tree node, the
-/// value's box), in bytes.
+/// Estimated map overhead per entry (its share of a B-tree node and of
+/// a value chunk's unused room), in bytes.
 const ENTRY_OVERHEAD: usize = 64;
 
 /// A writer yields the write lock to waiting readers after this many
@@ -101,10 +101,89 @@ pub enum Lookup {
     Deleted,
 }
 
-type Map = BTreeMap<IKey, Box<[u8]>>;
+/// Values are copied into chunks of this many bytes, one after another.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// A value larger than this gets a chunk of its own, sized to it.
+const CHUNK_VALUE_MAX: usize = CHUNK_BYTES / 4;
+
+/// Where a value lies in its memtable's [`Values`].
+#[derive(Clone, Copy)]
+struct ValRef {
+    chunk: u32,
+    at: u32,
+    len: u32,
+}
+
+/// A memtable's values, appended into large chunks rather than boxed one
+/// by one: an insert then allocates nothing for its value most of the
+/// time and dropping a memtable frees a few chunks instead of one box per
+/// entry (measured: benchmarks.md, "Seventh session"). Written here
+/// because it is a dozen lines over `Vec`s; nothing is freed before the
+/// whole memtable is.
+#[derive(Default)]
+struct Values {
+    chunks: Vec<Vec<u8>>,
+    /// The chunk small values are appended to. A value that does not fit
+    /// in its room starts a new one, so less than `CHUNK_VALUE_MAX` of a
+    /// chunk is ever left unused.
+    open: Option<usize>,
+}
+
+impl Values {
+    fn push(&mut self, value: &[u8]) -> ValRef {
+        let len = value.len();
+        if len == 0 {
+            return ValRef {
+                chunk: 0,
+                at: 0,
+                len: 0,
+            };
+        }
+        let (chunk, at) = if len > CHUNK_VALUE_MAX {
+            self.chunks.push(value.to_vec());
+            (self.chunks.len() - 1, 0)
+        } else {
+            let open = match self.open {
+                Some(i) if self.chunks[i].capacity() - self.chunks[i].len() >= len => i,
+                _ => {
+                    self.chunks.push(Vec::with_capacity(CHUNK_BYTES));
+                    self.chunks.len() - 1
+                }
+            };
+            self.open = Some(open);
+            let c = &mut self.chunks[open];
+            let at = c.len();
+            c.extend_from_slice(value);
+            (open, at)
+        };
+        // Values are at most `VALUE_LEN_MAX` (1 GiB) and a chunk holds at
+        // most `CHUNK_BYTES` or one value, so every field fits 32 bits.
+        ValRef {
+            chunk: chunk as u32,
+            at: at as u32,
+            len: len as u32,
+        }
+    }
+
+    fn get(&self, r: ValRef) -> &[u8] {
+        if r.len == 0 {
+            return &[];
+        }
+        let at = r.at as usize;
+        &self.chunks[r.chunk as usize][at..at + r.len as usize]
+    }
+}
+
+/// The ordered map and the values its entries point to.
+#[derive(Default)]
+struct Tree {
+    map: BTreeMap<IKey, ValRef>,
+    values: Values,
+}
 
 pub struct Memtable {
-    map: RwLock<Map>,
+    map: RwLock<Tree>,
     bytes: AtomicUsize,
     /// Number of the journal file holding this memtable's writes.
     journal: u64,
@@ -117,7 +196,7 @@ pub struct Memtable {
 /// Inserts into one memtable, holding its write lock (module header:
 /// yielded to waiting readers every `WRITER_YIELD_OPS` inserts).
 pub struct MemWriter<'a> {
-    map: RwLockWriteGuard<'a, Map>,
+    map: RwLockWriteGuard<'a, Tree>,
     bytes: &'a AtomicUsize,
     since_yield: usize,
 }
@@ -131,7 +210,9 @@ impl MemWriter<'_> {
             ikey.0.len() + value.len() + ENTRY_OVERHEAD,
             AtomicOrdering::Relaxed,
         );
-        self.map.insert(ikey, value.into());
+        let tree = &mut *self.map;
+        let value = tree.values.push(value);
+        tree.map.insert(ikey, value);
         self.since_yield += 1;
         if self.since_yield >= WRITER_YIELD_OPS {
             self.since_yield = 0;
@@ -143,7 +224,7 @@ impl MemWriter<'_> {
 impl Memtable {
     pub fn new(journal: u64) -> Self {
         Memtable {
-            map: RwLock::new(Map::new()),
+            map: RwLock::new(Tree::default()),
             bytes: AtomicUsize::new(0),
             journal,
             segment: None,
@@ -197,11 +278,12 @@ impl Memtable {
         if self.is_empty() {
             return None;
         }
-        let map = self.map.read();
-        let (k, v) = map
+        let tree = self.map.read();
+        let (k, v) = tree
+            .map
             .range((Bound::Included(seek), Bound::Unbounded))
             .next()?;
-        f(k.as_bytes(), v)
+        f(k.as_bytes(), tree.values.get(*v))
     }
 
     /// Seqno of the newest version of `user_key` (a put or a tombstone).
@@ -247,11 +329,11 @@ impl Memtable {
         if self.is_empty() {
             return None;
         }
-        let map = self.map.read();
+        let tree = self.map.read();
         // The user key of the last version copied out; its older versions
         // are skipped.
         let mut last: Option<&[u8]> = None;
-        for (k, v) in map.range((from, Bound::Unbounded)) {
+        for (k, v) in tree.map.range((from, Bound::Unbounded)) {
             let ikey: &[u8] = k.as_bytes();
             let Some((user, tag)) = key::split(ikey) else {
                 continue;
@@ -265,7 +347,7 @@ impl Memtable {
             if key::tag_seqno(tag) > snapshot {
                 continue;
             }
-            out.push((ikey.to_vec(), v.to_vec()));
+            out.push((ikey.to_vec(), tree.values.get(*v).to_vec()));
             last = Some(user);
         }
         None
@@ -284,11 +366,11 @@ impl Memtable {
         if self.is_empty() {
             return None;
         }
-        let map = self.map.read();
+        let tree = self.map.read();
         // Backward, a user key's versions come oldest first: the newest
         // visible one is known only when the user key changes.
-        let mut candidate: Option<(&IKey, &[u8])> = None;
-        for (k, v) in map.range((Bound::Unbounded, to)).rev() {
+        let mut candidate: Option<(&IKey, ValRef)> = None;
+        for (k, v) in tree.map.range((Bound::Unbounded, to)).rev() {
             let ikey: &[u8] = k.as_bytes();
             let Some((user, tag)) = key::split(ikey) else {
                 continue;
@@ -296,18 +378,18 @@ impl Memtable {
             let new_user = candidate.is_some_and(|(c, _)| key::user_key(c.as_bytes()) != user);
             if new_user {
                 if let Some((c, cv)) = candidate.take() {
-                    out.push((c.as_bytes().to_vec(), cv.to_vec()));
+                    out.push((c.as_bytes().to_vec(), tree.values.get(cv).to_vec()));
                 }
                 if out.len() >= max {
                     return Some(Bound::Included(ikey.to_vec()));
                 }
             }
             if key::tag_seqno(tag) <= snapshot {
-                candidate = Some((k, v));
+                candidate = Some((k, *v));
             }
         }
         if let Some((c, cv)) = candidate {
-            out.push((c.as_bytes().to_vec(), cv.to_vec()));
+            out.push((c.as_bytes().to_vec(), tree.values.get(cv).to_vec()));
         }
         None
     }
@@ -318,8 +400,9 @@ impl Memtable {
         &self,
         mut f: impl FnMut(&[u8], &[u8]) -> crate::Result<()>,
     ) -> crate::Result<()> {
-        for (k, v) in self.map.read().iter() {
-            f(k.as_bytes(), v)?;
+        let tree = self.map.read();
+        for (k, v) in &tree.map {
+            f(k.as_bytes(), tree.values.get(*v))?;
         }
         Ok(())
     }
@@ -329,6 +412,7 @@ impl Memtable {
     pub fn max_seqno(&self) -> Option<u64> {
         self.map
             .read()
+            .map
             .keys()
             .filter_map(|k| key::split(k.as_bytes()).map(|(_, t)| key::tag_seqno(t)))
             .max()
@@ -379,5 +463,68 @@ mod tests {
             resume,
             Some(Bound::Included(key::encode(b"k", key::make_tag(5, 1))))
         );
+    }
+
+    #[test]
+    fn values_of_every_size_read_back_across_chunks() {
+        let m = Memtable::new(1);
+        // Small values fill several chunks; values over `CHUNK_VALUE_MAX`
+        // take chunks of their own between them; empty values none.
+        let sizes = [
+            0,
+            1,
+            100,
+            CHUNK_VALUE_MAX,
+            CHUNK_VALUE_MAX + 1,
+            3 * CHUNK_BYTES,
+            4000,
+        ];
+        let value = |i: usize| -> Vec<u8> {
+            let len = sizes[i % sizes.len()];
+            (0..len).map(|j| (i * 31 + j) as u8).collect()
+        };
+        let n = 60;
+        for i in 0..n {
+            m.insert(
+                format!("k{i:03}").as_bytes(),
+                i as u64 + 1,
+                Kind::Put,
+                &value(i),
+            );
+        }
+        for i in 0..n {
+            assert_eq!(
+                m.get(format!("k{i:03}").as_bytes(), n as u64),
+                Some(Lookup::Found(value(i))),
+                "value {i}"
+            );
+        }
+        let tree = m.map.read();
+        assert!(tree.values.chunks.len() > 10, "several chunks were used");
+        let open = tree.values.open.expect("small values went in");
+        for (i, c) in tree.values.chunks.iter().enumerate() {
+            if c.capacity() == CHUNK_BYTES && i != open {
+                assert!(
+                    c.len() > CHUNK_BYTES - CHUNK_VALUE_MAX,
+                    "chunk {i} was left with {} of {} bytes used",
+                    c.len(),
+                    c.capacity()
+                );
+            }
+        }
+        drop(tree);
+        let mut seen = 0;
+        m.for_each(|k, v| {
+            let (u, _) = key::split(k).expect("ikey");
+            let i: usize = std::str::from_utf8(&u[1..])
+                .expect("utf8")
+                .parse()
+                .expect("number");
+            assert_eq!(v, &value(i)[..]);
+            seen += 1;
+            Ok(())
+        })
+        .expect("for_each");
+        assert_eq!(seen, n);
     }
 }
