@@ -20,9 +20,9 @@
 //! a random load spend most of their CPU on (DESIGN.md fact 5).
 //!
 //! Sharing: the leader inserts through a [`MemWriter`], which holds the
-//! write lock for one batch but yields it to waiting readers every
+//! write lock for one commit group but yields it to waiting readers every
 //! `WRITER_YIELD_OPS` inserts, so a reader waits for at most that many
-//! inserts (about 10–50 µs). Readers hold the read lock only while they
+//! inserts (about 30–90 µs). Readers hold the read lock only while they
 //! search or copy out a chunk of entries; nothing borrows the map beyond
 //! one call. A memtable no insert has reached is read without the lock
 //! (`bytes` is 0): every entry a reader may see was counted before its
@@ -248,7 +248,8 @@ impl Memtable {
         self.segment.as_ref()
     }
 
-    /// A writer for a run of inserts (one batch): takes the write lock.
+    /// A writer for a run of inserts (a commit group, or one replayed
+    /// batch): takes the write lock.
     pub fn writer(&self) -> MemWriter<'_> {
         MemWriter {
             map: self.map.write(),
