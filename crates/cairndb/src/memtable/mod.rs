@@ -21,8 +21,8 @@
 //!
 //! Sharing: the leader inserts through a [`MemWriter`], which holds the
 //! write lock for one commit group but yields it to waiting readers every
-//! `WRITER_YIELD_OPS` inserts, so a reader waits for at most that many
-//! inserts (about 30–90 µs). Readers hold the read lock only while they
+//! `WRITER_YIELD_OPS` inserts or `WRITER_YIELD_BYTES` of values, so a
+//! reader waits for at most that much (about 30–90 µs). Readers hold the read lock only while they
 //! search or copy out a chunk of entries; nothing borrows the map beyond
 //! one call. A memtable no insert has reached is read without the lock
 //! (`bytes` is 0): every entry a reader may see was counted before its
@@ -47,6 +47,10 @@ const ENTRY_OVERHEAD: usize = 64;
 /// A writer yields the write lock to waiting readers after this many
 /// inserts: the longest a reader waits for an insert in progress.
 const WRITER_YIELD_OPS: usize = 64;
+
+/// ... or after copying this many bytes of values, whichever comes first:
+/// 64 large inline values would hold readers for many times longer.
+const WRITER_YIELD_BYTES: usize = 256 << 10;
 
 /// Internal keys up to this many bytes (a user key of up to 24 bytes and
 /// its tag) are stored inside the map's node.
@@ -194,11 +198,13 @@ pub struct Memtable {
 }
 
 /// Inserts into one memtable, holding its write lock (module header:
-/// yielded to waiting readers every `WRITER_YIELD_OPS` inserts).
+/// yielded to waiting readers every `WRITER_YIELD_OPS` inserts or
+/// `WRITER_YIELD_BYTES` of values).
 pub struct MemWriter<'a> {
     map: RwLockWriteGuard<'a, Tree>,
     bytes: &'a AtomicUsize,
     since_yield: usize,
+    bytes_since_yield: usize,
 }
 
 impl MemWriter<'_> {
@@ -211,11 +217,13 @@ impl MemWriter<'_> {
             AtomicOrdering::Relaxed,
         );
         let tree = &mut *self.map;
-        let value = tree.values.push(value);
-        tree.map.insert(ikey, value);
+        let at = tree.values.push(value);
+        tree.map.insert(ikey, at);
         self.since_yield += 1;
-        if self.since_yield >= WRITER_YIELD_OPS {
+        self.bytes_since_yield += value.len();
+        if self.since_yield >= WRITER_YIELD_OPS || self.bytes_since_yield >= WRITER_YIELD_BYTES {
             self.since_yield = 0;
+            self.bytes_since_yield = 0;
             RwLockWriteGuard::bump(&mut self.map);
         }
     }
@@ -255,6 +263,7 @@ impl Memtable {
             map: self.map.write(),
             bytes: &self.bytes,
             since_yield: 0,
+            bytes_since_yield: 0,
         }
     }
 
