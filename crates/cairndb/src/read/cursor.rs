@@ -56,9 +56,9 @@ const MEM_CHUNK_MAX: usize = 64;
 /// out in chunks and resumes each chunk where the last stopped, so it holds
 /// no borrow of the memtable (nor its lock). Of each user key it yields
 /// only the newest version the snapshot can see (a tombstone included):
-/// the older ones
-/// could never be chosen by the iterator above, and with hot keys
-/// overwritten in place they can outnumber the live keys many times over.
+/// the older ones could never be chosen by the iterator above, and with
+/// hot keys overwritten in place they can outnumber the live keys many
+/// times over.
 pub struct MemCursor {
     mem: Arc<Memtable>,
     dir: Dir,
