@@ -142,6 +142,8 @@ pub(crate) struct Inner {
     pub workers: Arc<crate::pool::WorkerPool>,
     /// Chunks of flushed segments shared by long scans (`read/share.rs`).
     pub share: Arc<crate::read::share::ChunkShare>,
+    /// `Options::value_reads` and counts of how values were read.
+    pub policy: Arc<crate::read::policy::ReadPolicy>,
     /// Set by the first `begin`: from then on each group's writes are
     /// recorded in `Journal::recent`. Databases without transactions pay
     /// nothing for the log.
@@ -157,7 +159,8 @@ impl Inner {
             version: s.version.clone(),
             table_seqno_max: s.table_seqno_max,
             tables: self.tables.clone(),
-            direct_reads: self.opts.direct_value_reads,
+            reads: self.policy.how(|| s.version.value_bytes_live()),
+            policy: self.policy.clone(),
             workers: self.workers.clone(),
             share: self.share.clone(),
         }
@@ -510,6 +513,10 @@ impl Db {
             journal_presyncs: inner.counters.presyncs.load(Ordering::Relaxed),
             write_groups: inner.counters.groups.load(Ordering::Relaxed),
             write_group_batches: inner.counters.grouped_batches.load(Ordering::Relaxed),
+            value_reads: view.reads.as_option(),
+            value_reads_cached: inner.policy.counts().0,
+            value_reads_direct: inner.policy.counts().1,
+            value_reads_buffered: inner.policy.counts().2,
             scan_chunk_reads: inner.share.reads(),
             scan_chunk_waits: inner.share.waits(),
             value_bytes_moved: inner.counters.value_bytes_moved.load(Ordering::Relaxed),
@@ -569,6 +576,17 @@ pub struct Stats {
     /// append served.
     pub write_groups: u64,
     pub write_group_batches: u64,
+    /// How flushed separated values are read now: `Options::value_reads`,
+    /// with `Auto` resolved (`PageCache` or `CachedElseDirect`).
+    pub value_reads: crate::ValueReads,
+    /// Reads of flushed separated values since open — a value, a run of
+    /// neighbouring values or a chunk of a shared scan each counts one —
+    /// served from the page cache without waiting (`CachedElseDirect`),
+    /// with direct IO, and with buffered IO (values of a journal still
+    /// written to included).
+    pub value_reads_cached: u64,
+    pub value_reads_direct: u64,
+    pub value_reads_buffered: u64,
     /// Chunks long scans read from segment files since open (shared
     /// scans: a chunk other scanners also needed is counted once).
     pub scan_chunk_reads: u64,

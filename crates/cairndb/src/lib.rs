@@ -50,7 +50,7 @@ pub use db::{Db, Snapshot, Stats};
 pub use error::{Error, Result};
 #[doc(hidden)]
 pub use options::Sabotage;
-pub use options::{Options, WriteOptions};
+pub use options::{Options, ValueReads, WriteOptions};
 pub use read::iter::{Iter, KeyValue};
 pub use txn::{Isolation, Transaction, TxnIter};
 pub use write::batch::WriteBatch;

@@ -3,6 +3,33 @@
 use crate::io::{Fs, PosixFs};
 use std::sync::Arc;
 
+/// How flushed separated values are read: through the page cache, with
+/// direct IO, or each from whichever serves it (`Options::value_reads`;
+/// docs/architecture.md §Value separation). A value in a journal still
+/// being written to is always read through the page cache, where its
+/// newest bytes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueReads {
+    /// Through the page cache, with random-access advice (a miss reads
+    /// only the value's pages): data that fits in memory is served from
+    /// memory once read.
+    PageCache,
+    /// With direct IO (one aligned read around each value, one aligned
+    /// request per chunk a scan reads), bypassing the page cache: for
+    /// data far larger than memory, where caching values only evicts
+    /// other pages.
+    Direct,
+    /// From the page cache if it holds every byte (asked without waiting
+    /// for the device), else with direct IO: pages already cached are
+    /// used, and misses do not churn the cache.
+    CachedElseDirect,
+    /// `CachedElseDirect` while the database's live separated values are
+    /// more than the memory the system has available (`MemAvailable`,
+    /// looked at no more than once a second), else `PageCache`. Where the
+    /// available memory cannot be read, `PageCache`.
+    Auto,
+}
+
 /// How a database is opened and tuned. `Options::default()` suits a
 /// general-purpose store with a 256 MiB memory budget.
 #[derive(Clone)]
@@ -68,13 +95,9 @@ pub struct Options {
     /// compactions instead of in bursts. `0.0` leaves only
     /// `value_gc_bytes_per_compaction`. Default 1.0.
     pub value_gc_pace: f64,
-    /// Read flushed separated values with direct IO (one aligned read
-    /// around each value, bypassing the page cache): for data far larger
-    /// than memory, where caching values only evicts other pages. Default
-    /// false: values are read through the page cache with random-access
-    /// advice (only the value's pages are read), so data that fits in
-    /// memory is served from memory.
-    pub direct_value_reads: bool,
+    /// How flushed separated values are read (point reads and scans);
+    /// see [`ValueReads`]. Default [`ValueReads::Auto`].
+    pub value_reads: ValueReads,
     /// Pre-write the journal ahead of synced commits: a commit that asks
     /// for sync and would grow the journal first writes zeros some way
     /// past it (64 times the group's bytes, 16 KiB to 4 MiB) and syncs
@@ -174,7 +197,7 @@ impl Options {
             value_gc_live_ratio: 0.5,
             value_gc_bytes_per_compaction: 64 << 20,
             value_gc_pace: 1.0,
-            direct_value_reads: false,
+            value_reads: ValueReads::Auto,
             journal_prewrite: true,
             journal_direct: false,
             journal_ring_bytes: 16 << 20,

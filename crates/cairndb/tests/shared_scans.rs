@@ -186,17 +186,23 @@ fn damage_in_a_shared_chunk_is_reported_at_its_key() {
     assert!(reads(&db) > 0);
 }
 
-/// On the real file system, through the page cache and with direct reads
-/// (aligned chunks, the last one cut where the file ends): values of
-/// uneven sizes, settled, scanned both ways by two scanners at once.
+/// On the real file system, through the page cache, with direct reads
+/// (aligned chunks, the last one cut where the file ends) and from the
+/// page cache else directly: values of uneven sizes, settled, scanned both
+/// ways by two scanners at once.
 #[test]
 fn shared_scans_on_the_real_file_system() {
-    for direct in [false, true] {
+    use cairndb::ValueReads;
+    for direct in [
+        ValueReads::PageCache,
+        ValueReads::Direct,
+        ValueReads::CachedElseDirect,
+    ] {
         let tmp = tempfile::tempdir().expect("tempdir");
         let o = Options {
             background_compaction: false,
             value_separation_min: 1024,
-            direct_value_reads: direct,
+            value_reads: direct,
             ..Options::default()
         };
         let db = Db::open(tmp.path(), o).expect("open");
@@ -223,13 +229,13 @@ fn shared_scans_on_the_real_file_system() {
                     if backward {
                         got.reverse();
                     }
-                    assert_eq!(got.len(), n, "direct {direct} backward {backward}");
+                    assert_eq!(got.len(), n, "{direct:?} backward {backward}");
                     for (i, kv) in got.iter().enumerate() {
-                        assert!(*kv == (key(i), sized(i)), "direct {direct}: entry {i}");
+                        assert!(*kv == (key(i), sized(i)), "{direct:?}: entry {i}");
                     }
                 });
             }
         });
-        assert!(reads(&db) > 0, "direct {direct}: no chunk was shared");
+        assert!(reads(&db) > 0, "{direct:?}: no chunk was shared");
     }
 }

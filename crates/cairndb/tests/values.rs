@@ -9,7 +9,7 @@
 mod common;
 
 use cairndb::io::{Crash, Fs, MemFs};
-use cairndb::{Db, Error, Options, WriteOptions};
+use cairndb::{Db, Error, Options, ValueReads, WriteOptions};
 use common::{files_with, scan};
 use std::path::Path;
 use std::sync::Arc;
@@ -381,35 +381,110 @@ fn value_gc_moves_live_values_and_frees_segments() {
     );
 }
 
-/// On the real file system, with `direct_value_reads`, flushed values are
-/// read with direct IO (one aligned read around each value), fresh ones
-/// through the page cache; both must return the value whatever its
-/// alignment and length, including a value that ends the file.
+/// On the real file system, with direct reads, flushed values are read
+/// with direct IO (one aligned read around each value), fresh ones through
+/// the page cache; both must return the value whatever its alignment and
+/// length, including a value that ends the file.
 #[test]
 fn direct_reads_on_the_real_file_system() {
-    reads_on_the_real_file_system(true);
+    reads_on_the_real_file_system(ValueReads::Direct);
 }
 
-/// The same through the page cache (the default).
+/// The same through the page cache.
 #[test]
 fn buffered_reads_on_the_real_file_system() {
-    reads_on_the_real_file_system(false);
+    reads_on_the_real_file_system(ValueReads::PageCache);
+}
+
+/// The same from the page cache where it holds the value, else directly.
+#[test]
+fn cached_else_direct_reads_on_the_real_file_system() {
+    reads_on_the_real_file_system(ValueReads::CachedElseDirect);
 }
 
 /// Options on the real file system: no background compaction, values of
-/// `separation_min` bytes and more separated, read directly if `direct`.
-fn real_fs_opts(direct: bool, separation_min: usize) -> Options {
+/// `separation_min` bytes and more separated, read as `reads` says.
+fn real_fs_opts(reads: ValueReads, separation_min: usize) -> Options {
     Options {
         background_compaction: false,
         value_separation_min: separation_min,
-        direct_value_reads: direct,
+        value_reads: reads,
         ..Options::default()
     }
 }
 
-fn reads_on_the_real_file_system(direct: bool) {
+/// Drops the page cache's copy of every file in `dir` (synced first, so
+/// the pages are clean and the kernel lets them go).
+fn drop_cached_pages(dir: &Path) {
+    for entry in std::fs::read_dir(dir).expect("list") {
+        let file = std::fs::File::open(entry.expect("entry").path()).expect("open");
+        file.sync_all().expect("sync");
+        rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).expect("fadvise");
+    }
+}
+
+/// `CachedElseDirect`: a flushed value the page cache holds is read from
+/// it without waiting for the device; once the pages are dropped, with a
+/// direct read. The same bytes either way, and `Stats` counts which.
+#[test]
+fn cached_else_direct_takes_the_page_cache_first() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let o = real_fs_opts(direct, 100);
+    let db = Db::open(tmp.path(), real_fs_opts(ValueReads::CachedElseDirect, 100)).expect("open");
+    let n = 50;
+    for i in 0..n {
+        db.put(key(i), value(i, 0, 3000 + i * 101)).expect("put");
+    }
+    db.flush().expect("flush");
+    let read_all = |ctx: &str| {
+        for i in 0..n {
+            let got = db.get(key(i)).expect("get");
+            assert!(got == Some(value(i, 0, 3000 + i * 101)), "{ctx}: value {i}");
+        }
+        db.stats()
+    };
+    let start = db.stats();
+    assert_eq!(start.value_reads, ValueReads::CachedElseDirect);
+    // Just written through the page cache: every value is there.
+    let warm = read_all("cached");
+    assert_eq!(warm.value_reads_cached - start.value_reads_cached, n as u64);
+    assert_eq!(warm.value_reads_direct, start.value_reads_direct);
+    drop_cached_pages(tmp.path());
+    let cold = read_all("dropped");
+    let (cached, direct) = (
+        cold.value_reads_cached - warm.value_reads_cached,
+        cold.value_reads_direct - warm.value_reads_direct,
+    );
+    assert_eq!(cached + direct, n as u64);
+    assert!(direct > 0, "no read went to the device: {cached} cached");
+    // Direct reads leave the page cache as it was: the next round still
+    // misses it.
+    let again = read_all("again");
+    assert!(again.value_reads_direct > cold.value_reads_direct);
+    assert_eq!(again.value_reads_buffered, 0, "flushed values only");
+}
+
+/// `Auto` reads through the page cache while the values fit in the
+/// available memory (a few KiB here, on any machine that runs tests).
+#[test]
+fn auto_reads_small_data_through_the_page_cache() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(tmp.path(), real_fs_opts(ValueReads::Auto, 100)).expect("open");
+    for i in 0..10 {
+        db.put(key(i), value(i, 0, 500)).expect("put");
+    }
+    db.flush().expect("flush");
+    for i in 0..10 {
+        assert_eq!(db.get(key(i)).expect("get"), Some(value(i, 0, 500)));
+    }
+    let s = db.stats();
+    assert_eq!(s.value_reads, ValueReads::PageCache);
+    assert_eq!((s.value_reads_cached, s.value_reads_direct), (0, 0));
+    assert_eq!(s.value_reads_buffered, 10);
+}
+
+fn reads_on_the_real_file_system(reads: ValueReads) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let o = real_fs_opts(reads, 100);
     let db = Db::open(tmp.path(), o.clone()).expect("open");
     let lens = [100, 4095, 4096, 4097, 8191, 12288, 70_000, 333];
     for (i, &len) in lens.iter().enumerate() {
@@ -539,20 +614,26 @@ fn a_damaged_value_ends_a_scan_at_its_key() {
 /// forward, reverse, bounded and from both ends, all as a model says.
 #[test]
 fn scans_over_scattered_values_match_a_model() {
-    scans_match_a_model(false);
+    scans_match_a_model(ValueReads::PageCache);
 }
 
 /// The same with flushed values read with direct IO.
 #[test]
 fn direct_scans_over_scattered_values_match_a_model() {
-    scans_match_a_model(true);
+    scans_match_a_model(ValueReads::Direct);
 }
 
-fn scans_match_a_model(direct: bool) {
+/// The same from the page cache where it holds them, else directly.
+#[test]
+fn cached_else_direct_scans_over_scattered_values_match_a_model() {
+    scans_match_a_model(ValueReads::CachedElseDirect);
+}
+
+fn scans_match_a_model(reads: ValueReads) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let o = Options {
         memtable_bytes: 1 << 20,
-        ..real_fs_opts(direct, 200)
+        ..real_fs_opts(reads, 200)
     };
     let db = Db::open(tmp.path(), o).expect("open");
     let mut model = std::collections::BTreeMap::new();

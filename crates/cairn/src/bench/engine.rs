@@ -115,8 +115,12 @@ pub trait Engine: Send + Sync {
 /// - `cairndb-nogc`: `value_gc_live_ratio = 0.0`, the null free-space
 ///   policy: no value is ever moved, a segment is freed when all its
 ///   values are dead (the control for value GC);
-/// - `cairndb-direct`: `direct_value_reads = true`, flushed values read
-///   with direct IO instead of through the page cache;
+/// - `cairndb-direct`: `value_reads = Direct`, flushed values read with
+///   direct IO, never from the page cache;
+/// - `cairndb-buffered`: `value_reads = PageCache`, flushed values read
+///   through the page cache whatever the data's size (the control for the
+///   default `Auto`, which reads misses directly once the values outgrow
+///   the available memory);
 /// - `cairndb-append`: `journal_prewrite = false`, every synced commit
 ///   appends (grows the journal) instead of overwriting pre-written
 ///   blocks (the control for journal pre-writing);
@@ -131,6 +135,7 @@ pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb-inline",
     "cairndb-nogc",
     "cairndb-direct",
+    "cairndb-buffered",
     "cairndb-append",
     "cairndb-norecycle",
     "cairndb-dio-journal",
@@ -179,13 +184,22 @@ pub fn cairn_options(
         "cairndb" => {}
         "cairndb-inline" => opts.value_separation_min = usize::MAX,
         "cairndb-nogc" => opts.value_gc_live_ratio = 0.0,
-        "cairndb-direct" => opts.direct_value_reads = true,
+        "cairndb-direct" => opts.value_reads = cairndb::ValueReads::Direct,
+        "cairndb-buffered" => opts.value_reads = cairndb::ValueReads::PageCache,
         "cairndb-append" => opts.journal_prewrite = false,
         "cairndb-norecycle" => opts.journal_recycle = false,
         "cairndb-dio-journal" => opts.journal_direct = true,
         _ => return None,
     }
     Some(opts)
+}
+
+/// How CairnDB read its flushed values since open, for phase notes.
+fn value_reads_note(s: &cairndb::Stats) -> String {
+    format!(
+        "value reads {:?}: {} cached, {} direct, {} buffered",
+        s.value_reads, s.value_reads_cached, s.value_reads_direct, s.value_reads_buffered
+    )
 }
 
 /// Engines this build can run: the CairnDB variants, then the peers.
@@ -295,8 +309,10 @@ impl Engine for CairnEngine {
     fn scan_note(&self) -> Option<String> {
         let s = self.db.stats();
         Some(format!(
-            "shared scans read {} chunks of 1 MiB, waited {} times",
-            s.scan_chunk_reads, s.scan_chunk_waits
+            "shared scans read {} chunks of 1 MiB, waited {} times; {}",
+            s.scan_chunk_reads,
+            s.scan_chunk_waits,
+            value_reads_note(&s)
         ))
     }
     fn index_memory(&self) -> Option<(f64, String)> {
@@ -306,8 +322,10 @@ impl Engine for CairnEngine {
         Some((
             per_key,
             format!(
-                "index+filters {per_key:.1} B/key ({} of {tables} tables open, {} entries)",
-                s.open_tables, s.table_entries
+                "index+filters {per_key:.1} B/key ({} of {tables} tables open, {} entries); {}",
+                s.open_tables,
+                s.table_entries,
+                value_reads_note(&s)
             ),
         ))
     }
@@ -355,9 +373,11 @@ mod tests {
         let nogc = opts("cairndb-nogc", None);
         assert_eq!(nogc.value_separation_min, def.value_separation_min);
         assert_eq!(nogc.value_gc_live_ratio, 0.0);
-        assert!(!plain.direct_value_reads);
+        assert_eq!(plain.value_reads, cairndb::ValueReads::Auto);
         let direct = opts("cairndb-direct", None);
-        assert!(direct.direct_value_reads);
+        assert_eq!(direct.value_reads, cairndb::ValueReads::Direct);
+        let buffered = opts("cairndb-buffered", None);
+        assert_eq!(buffered.value_reads, cairndb::ValueReads::PageCache);
         assert!(!plain.journal_direct);
         assert!(opts("cairndb-dio-journal", None).journal_direct);
         assert_eq!(direct.value_separation_min, def.value_separation_min);

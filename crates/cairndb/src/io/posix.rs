@@ -110,6 +110,69 @@ impl FileWrite for PosixWrite {
     }
 }
 
+/// `struct cachestat_range` of the `cachestat` system call.
+#[repr(C)]
+struct CachestatRange {
+    off: u64,
+    len: u64,
+}
+
+/// `struct cachestat` of the `cachestat` system call (page counts).
+#[repr(C)]
+#[derive(Default)]
+struct Cachestat {
+    nr_cache: u64,
+    nr_dirty: u64,
+    nr_writeback: u64,
+    nr_evicted: u64,
+    nr_recently_evicted: u64,
+}
+
+/// `cachestat`'s number: the same on every architecture (Linux 6.5).
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// Cleared once the kernel answers that it has no `cachestat`.
+static CACHESTAT_WORKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// True if the page cache holds every page of `offset..offset + len` of
+/// `file` (`len` > 0); false if not, or if the kernel cannot tell
+/// (before 6.5, or a file system without a page cache).
+fn cached_whole(file: &File, offset: u64, len: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::Ordering;
+    if !CACHESTAT_WORKS.load(Ordering::Relaxed) {
+        return false;
+    }
+    let page = rustix::param::page_size() as u64;
+    let Some(end) = offset.checked_add(len) else {
+        return false;
+    };
+    let pages = (end - 1) / page - offset / page + 1;
+    let range = CachestatRange { off: offset, len };
+    let mut stat = Cachestat::default();
+    // SAFETY: `cachestat(fd, range, stat, flags)` reads one
+    // `cachestat_range` and writes one `cachestat`; both are `repr(C)`
+    // structs of the kernel's layout (u64 fields only), alive and not
+    // otherwise borrowed for the whole call. The descriptor is owned by
+    // `file`, which outlives the call. Nothing else is touched.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &range as *const CachestatRange,
+            &mut stat as *mut Cachestat,
+            0u32,
+        )
+    };
+    if rc != 0 {
+        if io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            CACHESTAT_WORKS.store(false, Ordering::Relaxed);
+        }
+        return false;
+    }
+    stat.nr_cache >= pages
+}
+
 struct PosixRead {
     file: File,
     len: u64,
@@ -134,28 +197,16 @@ impl FileRead for PosixRead {
     fn len(&self) -> u64 {
         self.len
     }
-    /// `preadv2` with `RWF_NOWAIT`: the kernel answers `EAGAIN` instead
-    /// of going to the device for bytes the page cache lacks.
+    /// Asks the kernel which pages of the range it caches (`cachestat`,
+    /// which looks without reading) and reads only if it holds them all.
+    /// Not `preadv2(RWF_NOWAIT)`: on a miss that starts a read-ahead of
+    /// the range before it answers `EAGAIN`, so a caller that then reads
+    /// the bytes directly would have the device read them twice.
     fn read_cached(&self, buf: &mut [u8], offset: u64) -> io::Result<bool> {
-        use rustix::io::{Errno, ReadWriteFlags, preadv2};
-        let mut done = 0;
-        while done < buf.len() {
-            let mut slice = [io::IoSliceMut::new(&mut buf[done..])];
-            match preadv2(
-                &self.file,
-                &mut slice,
-                offset + done as u64,
-                ReadWriteFlags::NOWAIT,
-            ) {
-                Ok(0) => return Ok(false),
-                Ok(n) => done += n,
-                Err(Errno::INTR) => {}
-                // Not cached (EAGAIN), or no RWF_NOWAIT here (EOPNOTSUPP,
-                // EINVAL on old kernels): the caller reads normally.
-                Err(_) => return Ok(false),
-            }
+        if buf.is_empty() || !cached_whole(&self.file, offset, buf.len() as u64) {
+            return Ok(false);
         }
-        Ok(true)
+        Ok(self.read_at(buf, offset)? == buf.len())
     }
     fn advise_random(&self) {
         // Only a hint: a file system that ignores it still reads right.

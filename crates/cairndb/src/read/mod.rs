@@ -8,6 +8,7 @@
 
 pub mod cursor;
 pub mod iter;
+pub mod policy;
 pub mod prefetch;
 pub mod share;
 
@@ -20,6 +21,7 @@ use crate::memtable::{Lookup, Memtable};
 use crate::version::segments::SegmentFile;
 use crate::version::{TableFile, Version, files};
 use crate::{Error, Result};
+use policy::{How, ReadPolicy, Served};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -79,8 +81,10 @@ pub struct ReadView {
     /// `State::table_seqno_max` when the view was taken.
     pub table_seqno_max: u64,
     pub tables: Arc<TableCache>,
-    /// `Options::direct_value_reads`.
-    pub direct_reads: bool,
+    /// How flushed values are read in this view (`Options::value_reads`
+    /// resolved when the view was taken), and the database's counts.
+    pub reads: How,
+    pub policy: Arc<ReadPolicy>,
     /// Reader threads for values a scan loads from the device.
     pub workers: Arc<crate::pool::WorkerPool>,
     /// Chunks of flushed segments that long scans share.
@@ -162,6 +166,32 @@ impl ReadView {
             .map(|s| (s, false))
     }
 
+    /// The value `ptr` names in `seg`, read as this view's `reads` says if
+    /// the segment is `flushed`; a journal still written to is read
+    /// through the page cache, where its newest bytes alone are.
+    /// `Ok(None)` if it does not match its pointer (`SegmentFile::read`).
+    fn read_value(
+        &self,
+        seg: &SegmentFile,
+        ptr: &ValuePtr,
+        flushed: bool,
+    ) -> std::io::Result<Option<Vec<u8>>> {
+        let how = if flushed { self.reads } else { How::PageCache };
+        if how == How::CachedElseDirect
+            && let Some(v) = seg.read_cached(ptr)?
+        {
+            self.policy.count(Served::Cached);
+            return Ok(Some(v));
+        }
+        let direct = how.direct_misses();
+        self.policy.count(if direct {
+            Served::Direct
+        } else {
+            Served::Buffered
+        });
+        seg.read(ptr, direct)
+    }
+
     /// Reads the separated value an encoded `ValuePtr` names.
     pub fn load(&self, encoded: &[u8]) -> Result<Vec<u8>> {
         let ptr = ValuePtr::decode(encoded)
@@ -174,9 +204,7 @@ impl ReadView {
                 "a value pointer names a segment the database does not hold",
             ));
         };
-        // Only flushed values are read directly: a journal still written
-        // to has its newest bytes in the page cache alone.
-        match seg.read(&ptr, flushed && self.direct_reads) {
+        match self.read_value(seg, &ptr, flushed) {
             Ok(Some(v)) => Ok(v),
             Ok(None) => Err(Error::corruption(
                 &path,

@@ -17,7 +17,8 @@
 //! the device.
 
 use super::ReadView;
-use super::share::{self, CHUNK, ChunkBytes, ChunkShare, SHARE_RUN_MIN};
+use super::policy::{How, Served};
+use super::share::{self, CHUNK, ChunkBytes, SHARE_RUN_MIN};
 use crate::Result;
 use crate::format::vptr::ValuePtr;
 use crate::version::segments::SegmentFile;
@@ -117,7 +118,7 @@ impl ReadView {
                         }
                     }
                 }
-                Some((_, true)) if self.direct_reads => {
+                Some((_, true)) if self.reads == How::Direct => {
                     device.push(run);
                     continue;
                 }
@@ -126,14 +127,17 @@ impl ReadView {
                         .ok()
                         .and_then(|len| seg.read_span_cached(run.start, len).ok().flatten());
                     match cached {
-                        Some(span) => run.slice(Some(&span)),
+                        Some(span) => {
+                            self.policy.count(Served::Cached);
+                            run.slice(Some(&span))
+                        }
                         None => {
                             device.push(run);
                             continue;
                         }
                     }
                 }
-                Some((seg, false)) => run.read(seg, false, &self.share),
+                Some((seg, false)) => run.read(seg, How::PageCache, self),
                 None => run.slice(None),
             };
             self.settle(got, &mut loaded, &encoded);
@@ -151,12 +155,11 @@ impl ReadView {
     /// Hands `runs` of flushed segments to the worker threads (reads a
     /// lone one here unless `overlap`).
     fn dispatch(&self, runs: Vec<Run>, loading: &mut Loading, overlap: bool) {
-        let direct = self.direct_reads;
         if let [run] = &runs[..]
             && !overlap
         {
             let got = match self.segment(run.segment) {
-                Some((seg, _)) => run.read(seg, direct, &self.share),
+                Some((seg, _)) => run.read(seg, self.reads, self),
                 None => run.slice(None),
             };
             self.settle(got, &mut loading.loaded, &loading.encoded);
@@ -172,9 +175,9 @@ impl ReadView {
                 continue;
             };
             loading.asked.extend(run.members.iter().map(|&(i, _)| i));
-            let (seg, tx, share) = (seg.clone(), tx.clone(), self.share.clone());
+            let (seg, tx, view) = (seg.clone(), tx.clone(), self.clone());
             self.workers.run(move || {
-                let _ = tx.send(run.read(&seg, direct, &share));
+                let _ = tx.send(run.read(&seg, view.reads, &view));
             });
         }
         // Every job holds a sender and drops it when done (also if it
@@ -220,17 +223,24 @@ impl ReadView {
 }
 
 impl Run {
-    /// Reads the run from `seg` with one request (a lone value with
-    /// `SegmentFile::read`, which re-reads a mismatch once), or a shared
-    /// run through `share`, chunk by chunk.
-    fn read(&self, seg: &SegmentFile, direct: bool, share: &ChunkShare) -> Checked {
+    /// Reads the run from `seg` as `how` says, with one request (a lone
+    /// value with `ReadView::read_value`, which re-reads a mismatch once),
+    /// or a shared run through the view's `ChunkShare`, chunk by chunk.
+    /// The page cache was asked already if `how` is `CachedElseDirect`.
+    fn read(&self, seg: &SegmentFile, how: How, view: &ReadView) -> Checked {
         if self.shared {
-            let got = self.chunks(|_, index| share.get(seg, index, direct));
+            let got = self.chunks(|_, index| view.share.get(seg, index, how, &view.policy));
             return match got {
                 Some(chunks) => self.slice_chunks(&chunks),
                 None => self.slice(None),
             };
         }
+        let direct = how.direct_misses();
+        view.policy.count(if direct {
+            Served::Direct
+        } else {
+            Served::Buffered
+        });
         if let [(i, p)] = self.members[..] {
             return vec![(i, seg.read(&p, direct).ok().flatten())];
         }

@@ -6,7 +6,7 @@
 //! run into a buffer of their own. [`ChunkShare`] holds the runs of long
 //! scans as aligned chunks of [`CHUNK`] bytes of one segment, keyed by
 //! (segment, chunk index): the first scanner to need a chunk reads it
-//! (one request, aligned, so it can be a direct read), a scanner that needs
+//! (one request, aligned, so it can be a direct read; `ValueReads`), a scanner that needs
 //! it while that read is in flight waits for it instead of issuing its
 //! own, and later ones slice their values out of memory. At most
 //! [`SHARE_CHUNKS`] chunks are kept; the least recently used one that is
@@ -21,6 +21,7 @@
 //! reused, so a kept chunk never goes stale; one of a deleted segment is
 //! never asked for again and ages out.
 
+use super::policy::{How, ReadPolicy};
 use crate::version::segments::SegmentFile;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
@@ -163,10 +164,16 @@ impl ChunkShare {
     }
 
     /// Chunk `index` of `seg`: kept, or waited for if another scanner is
-    /// reading it, or read here (with a direct read if `direct`). `None`
-    /// if it could not be read (the caller then reads each value alone,
-    /// which names the damage).
-    pub fn get(&self, seg: &SegmentFile, index: u64, direct: bool) -> Option<ChunkBytes> {
+    /// reading it, or read here as `how` says (counted in `policy`).
+    /// `None` if it could not be read (the caller then reads each value
+    /// alone, which names the damage).
+    pub fn get(
+        &self,
+        seg: &SegmentFile,
+        index: u64,
+        how: How,
+        policy: &ReadPolicy,
+    ) -> Option<ChunkBytes> {
         let key = (seg.number, index);
         let (cell, mine) = {
             let mut map = self.map.lock();
@@ -217,8 +224,11 @@ impl ChunkShare {
         let len = CHUNK as usize;
         let buffer = self.spare.lock().pop().and_then(|c| c.reuse(len));
         let buffer = buffer.unwrap_or_else(|| Chunk::zeroed(len, crate::io::DIRECT_ALIGN));
-        let bytes = seg.read_chunk(buffer, index * CHUNK, direct).ok();
-        publish.bytes = bytes.map(Arc::new);
+        let bytes = seg.read_chunk(buffer, index * CHUNK, how).ok();
+        publish.bytes = bytes.map(|(chunk, served)| {
+            policy.count(served);
+            Arc::new(chunk)
+        });
         let bytes = publish.bytes.clone();
         drop(publish);
         bytes

@@ -352,6 +352,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         blocks,
         workers: Arc::new(crate::pool::WorkerPool::new()),
         share: Arc::default(),
+        policy: Arc::new(crate::read::policy::ReadPolicy::new(opts.value_reads)),
         txn_begun: std::sync::atomic::AtomicBool::new(false),
         opts,
     })

@@ -13,6 +13,7 @@
 use super::{Reaper, files};
 use crate::format::vptr::ValuePtr;
 use crate::io::FileRead;
+use crate::read::policy::{How, Served};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -147,34 +148,54 @@ impl SegmentFile {
 
     /// Up to `chunk`'s length of bytes at `offset` (fewer where the file
     /// ends) into `chunk`, a buffer aligned for direct IO: chunk reads of
-    /// shared scans (`read/share.rs`). With `direct`, `offset` and the
-    /// length must be multiples of `io::DIRECT_ALIGN`.
+    /// shared scans (`read/share.rs`), read as `how` says (`offset` is a
+    /// multiple of `io::DIRECT_ALIGN`, and so is the chunk's length);
+    /// returns how the read was served.
     pub fn read_chunk(
         &self,
         mut chunk: crate::read::share::Chunk,
         offset: u64,
-        direct: bool,
-    ) -> io::Result<crate::read::share::Chunk> {
+        how: How,
+    ) -> io::Result<(crate::read::share::Chunk, Served)> {
         let len = chunk.bytes().len();
-        let handle = if direct {
-            self.handle(&self.direct, true)?
-        } else {
-            self.handle(&self.reader, false)?
-        };
+        if how == How::CachedElseDirect {
+            let reader = self.handle(&self.reader, false)?;
+            let upto =
+                usize::try_from(reader.len().saturating_sub(offset)).map_or(len, |n| n.min(len));
+            if upto > 0 && reader.read_cached(&mut chunk.bytes_mut()[..upto], offset)? {
+                chunk.truncate(upto);
+                return Ok((chunk, Served::Cached));
+            }
+        }
+        if !how.direct_misses() {
+            let got = self
+                .handle(&self.reader, false)?
+                .read_at(chunk.bytes_mut(), offset)?;
+            chunk.truncate(got);
+            return Ok((chunk, Served::Buffered));
+        }
         // A direct read must ask for whole aligned blocks, also at the end
         // of the file: read the file's last block whole and cut after.
-        let got = if direct {
-            let end = handle
-                .len()
-                .next_multiple_of(crate::io::DIRECT_ALIGN as u64);
-            let want = usize::try_from(end.saturating_sub(offset)).map_or(len, |w| w.min(len));
-            let got = handle.read_at(&mut chunk.bytes_mut()[..want], offset)?;
-            got.min(usize::try_from(handle.len().saturating_sub(offset)).unwrap_or(usize::MAX))
-        } else {
-            handle.read_at(chunk.bytes_mut(), offset)?
-        };
+        let handle = self.handle(&self.direct, true)?;
+        let end = handle
+            .len()
+            .next_multiple_of(crate::io::DIRECT_ALIGN as u64);
+        let want = usize::try_from(end.saturating_sub(offset)).map_or(len, |w| w.min(len));
+        let got = handle.read_at(&mut chunk.bytes_mut()[..want], offset)?;
+        let got =
+            got.min(usize::try_from(handle.len().saturating_sub(offset)).unwrap_or(usize::MAX));
         chunk.truncate(got);
-        Ok(chunk)
+        Ok((chunk, Served::Direct))
+    }
+
+    /// The value `ptr` names if the page cache holds all of it and it
+    /// matches the pointer; `Ok(None)` otherwise (nothing waited for).
+    pub fn read_cached(&self, ptr: &ValuePtr) -> io::Result<Option<Vec<u8>>> {
+        let mut buf = vec![0u8; ptr.len as usize];
+        let hit = self
+            .handle(&self.reader, false)?
+            .read_cached(&mut buf, ptr.offset)?;
+        Ok((hit && ptr.matches(&buf)).then_some(buf))
     }
 
     /// `read_span` through the page cache if it holds every byte;

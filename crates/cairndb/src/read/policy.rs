@@ -1,0 +1,213 @@
+//! How flushed separated values are read: `Options::value_reads` resolved
+//! for each view, and counts of how reads were served.
+//!
+//! Buffered reads serve data that fits in memory from memory, but on data
+//! far larger than memory every miss inserts pages the next misses evict:
+//! the kernel copies each value, charges and reclaims its pages, and a
+//! 4 KiB value that straddles a page boundary costs two pages. Direct
+//! reads skip all of that but never use what the page cache holds. The
+//! middle way ([`How::CachedElseDirect`]) asks the page cache first,
+//! without waiting for the device (`FileRead::read_cached`), and reads
+//! only a miss directly. `ValueReads::Auto` picks it while the database's
+//! live separated values are more than the system's available memory,
+//! and plain buffered reads otherwise, looking again at most once a
+//! second.
+
+use crate::options::ValueReads;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// How one view reads a flushed value: `ValueReads` without `Auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum How {
+    PageCache,
+    Direct,
+    CachedElseDirect,
+}
+
+impl How {
+    /// Whether a read the page cache does not serve is a direct read.
+    pub fn direct_misses(self) -> bool {
+        self != How::PageCache
+    }
+
+    pub fn as_option(self) -> ValueReads {
+        match self {
+            How::PageCache => ValueReads::PageCache,
+            How::Direct => ValueReads::Direct,
+            How::CachedElseDirect => ValueReads::CachedElseDirect,
+        }
+    }
+}
+
+/// How a flushed value (or a run or chunk of them) was served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// From the page cache, asked without waiting (`read_cached`).
+    Cached,
+    /// With a direct read.
+    Direct,
+    /// With a buffered read (which may or may not have waited).
+    Buffered,
+}
+
+/// Seconds between two looks at the available memory under `Auto`.
+const LOOK_EVERY_MS: u64 = 1000;
+
+/// `Options::value_reads` for one database, and its counters.
+pub struct ReadPolicy {
+    mode: ValueReads,
+    /// `Auto`'s current choice: misses read directly.
+    auto_direct: AtomicBool,
+    /// Milliseconds after `born` when `Auto` looks again.
+    next_look_ms: AtomicU64,
+    born: Instant,
+    cached: AtomicU64,
+    direct: AtomicU64,
+    buffered: AtomicU64,
+}
+
+impl ReadPolicy {
+    pub fn new(mode: ValueReads) -> ReadPolicy {
+        ReadPolicy {
+            mode,
+            auto_direct: AtomicBool::new(false),
+            next_look_ms: AtomicU64::new(0),
+            born: Instant::now(),
+            cached: AtomicU64::new(0),
+            direct: AtomicU64::new(0),
+            buffered: AtomicU64::new(0),
+        }
+    }
+
+    /// How flushed values are read now; `live_bytes` gives the database's
+    /// live separated bytes, asked only when `Auto` looks again.
+    pub fn how(&self, live_bytes: impl FnOnce() -> u64) -> How {
+        match self.mode {
+            ValueReads::PageCache => How::PageCache,
+            ValueReads::Direct => How::Direct,
+            ValueReads::CachedElseDirect => How::CachedElseDirect,
+            ValueReads::Auto => {
+                let now = self.born.elapsed().as_millis() as u64;
+                let due = self.next_look_ms.load(Ordering::Relaxed);
+                // One reader looks; the others keep the last choice.
+                if now >= due
+                    && self
+                        .next_look_ms
+                        .compare_exchange(
+                            due,
+                            now + LOOK_EVERY_MS,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+                {
+                    let direct =
+                        auto_choice(live_bytes(), mem_available()) == How::CachedElseDirect;
+                    self.auto_direct.store(direct, Ordering::Relaxed);
+                }
+                if self.auto_direct.load(Ordering::Relaxed) {
+                    How::CachedElseDirect
+                } else {
+                    How::PageCache
+                }
+            }
+        }
+    }
+
+    pub fn count(&self, served: Served) {
+        let counter = match served {
+            Served::Cached => &self.cached,
+            Served::Direct => &self.direct,
+            Served::Buffered => &self.buffered,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads served from the page cache without waiting, with direct
+    /// reads, and with buffered reads, since open.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        (get(&self.cached), get(&self.direct), get(&self.buffered))
+    }
+}
+
+/// `Auto`'s choice for `live` bytes of separated values when the system
+/// has `available` bytes of memory (`None`: unknown).
+pub fn auto_choice(live: u64, available: Option<u64>) -> How {
+    match available {
+        Some(room) if live > room => How::CachedElseDirect,
+        _ => How::PageCache,
+    }
+}
+
+/// `MemAvailable` from `/proc/meminfo`, in bytes: what the kernel could
+/// give without swapping, page cache it may drop included.
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_available(&text)
+}
+
+fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let mut words = line.split_whitespace().skip(1);
+    let kib: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") => kib.checked_mul(1024),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_reads_directly_only_past_the_available_memory() {
+        assert_eq!(auto_choice(10 << 30, Some(4 << 30)), How::CachedElseDirect);
+        assert_eq!(auto_choice(1 << 30, Some(4 << 30)), How::PageCache);
+        assert_eq!(auto_choice(10 << 30, None), How::PageCache);
+    }
+
+    #[test]
+    fn mem_available_is_read_in_bytes() {
+        let text = "MemTotal:       24600000 kB\nMemFree:  100 kB\nMemAvailable:   2048 kB\n";
+        assert_eq!(parse_mem_available(text), Some(2 << 20));
+        assert_eq!(parse_mem_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(parse_mem_available("MemAvailable: 5 MB\n"), None);
+        assert_eq!(parse_mem_available("MemAvailable: x kB\n"), None);
+    }
+
+    #[test]
+    fn fixed_modes_ignore_memory_and_count_what_was_served() {
+        let p = ReadPolicy::new(ValueReads::Direct);
+        assert_eq!(
+            p.how(|| unreachable!("fixed modes do not look")),
+            How::Direct
+        );
+        let p = ReadPolicy::new(ValueReads::PageCache);
+        assert_eq!(p.how(|| unreachable!()), How::PageCache);
+        p.count(Served::Cached);
+        p.count(Served::Direct);
+        p.count(Served::Direct);
+        assert_eq!(p.counts(), (1, 2, 0));
+    }
+
+    #[test]
+    fn auto_looks_at_most_once_a_second() {
+        let p = ReadPolicy::new(ValueReads::Auto);
+        let mut looks = 0;
+        // Larger than any machine's memory: misses go direct.
+        let huge = || {
+            looks += 1;
+            u64::MAX
+        };
+        let first = p.how(huge);
+        let second = p.how(|| unreachable!("looked again within a second"));
+        assert_eq!(first, second);
+        assert_eq!(looks, 1);
+        if mem_available().is_some() {
+            assert_eq!(first, How::CachedElseDirect);
+        }
+    }
+}
