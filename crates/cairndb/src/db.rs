@@ -519,6 +519,7 @@ impl Db {
             value_reads_buffered: inner.policy.counts().2,
             scan_chunk_reads: inner.share.reads(),
             scan_chunk_waits: inner.share.waits(),
+            scan_laggard_waits: inner.share.laggard_waits(),
             value_bytes_moved: inner.counters.value_bytes_moved.load(Ordering::Relaxed),
             journals_recycled: inner.reaper.recycled.load(Ordering::Relaxed),
             journals_free: inner.reaper.free.lock().len(),
@@ -593,6 +594,9 @@ pub struct Stats {
     /// Times a scan waited for a chunk another scan was reading instead
     /// of reading it again.
     pub scan_chunk_waits: u64,
+    /// Times a scan that needed a new chunk waited for slower scans to
+    /// take the chunks it would otherwise drop (shared scans).
+    pub scan_laggard_waits: u64,
     /// Separated value bytes compactions moved to values files since
     /// open (value GC and settling).
     pub value_bytes_moved: u64,

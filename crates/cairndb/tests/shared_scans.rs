@@ -14,8 +14,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 const BIG: usize = 4096;
-/// 24 MiB of values: more than the share keeps (16 chunks of 1 MiB).
-const N: usize = 6144;
+/// 48 MiB of values: more than the share keeps (32 chunks of 1 MiB).
+const N: usize = 12288;
 
 fn dir() -> &'static Path {
     Path::new("/db")

@@ -11,6 +11,7 @@
 use super::ReadView;
 use super::cursor::{Cursor, Dir, LevelCursor, MemCursor, MergeCursor, table_cursor};
 use super::prefetch::Loading;
+use super::share::Scan;
 use crate::Result;
 use crate::format::key::{self, Kind};
 use crate::format::vptr::ValuePtr;
@@ -39,6 +40,14 @@ pub struct Iter {
     front_ahead: Ahead,
     back_ahead: Ahead,
     done: bool,
+    /// This scan in the database's `ChunkShare`.
+    scan: Scan,
+}
+
+impl Drop for Iter {
+    fn drop(&mut self) {
+        self.view.share.leave(&self.scan);
+    }
 }
 
 /// Entries an end of the iterator has read ahead, values already loaded.
@@ -114,6 +123,7 @@ impl Iter {
         upper: Bound<Vec<u8>>,
     ) -> Self {
         Iter {
+            scan: view.share.scan(),
             view,
             snapshot,
             lower,
@@ -395,7 +405,8 @@ impl Iter {
             .filter(|(_, kind, _)| *kind == Kind::Pointer as u8)
             .map(|(_, _, stored)| stored.clone())
             .collect();
-        let loading = (!pointers.is_empty()).then(|| self.view.load_start(pointers, overlap));
+        let loading =
+            (!pointers.is_empty()).then(|| self.view.load_start(pointers, overlap, &self.scan));
         Some(Window {
             raw,
             loading,

@@ -18,7 +18,7 @@
 
 use super::ReadView;
 use super::policy::{How, Served};
-use super::share::{self, CHUNK, ChunkBytes, SHARE_RUN_MIN};
+use super::share::{self, CHUNK, ChunkBytes, SHARE_RUN_MIN, Scan};
 use crate::Result;
 use crate::format::vptr::ValuePtr;
 use crate::version::segments::SegmentFile;
@@ -67,7 +67,7 @@ impl ReadView {
     /// is read here. [`ReadView::load_finish`] waits for them and returns
     /// the values, each as [`ReadView::load`] would (same values, same
     /// errors).
-    pub fn load_start(&self, encoded: Vec<Vec<u8>>, overlap: bool) -> Loading {
+    pub fn load_start(&self, encoded: Vec<Vec<u8>>, overlap: bool, scan: &Scan) -> Loading {
         let mut loaded: Loaded = Vec::with_capacity(encoded.len());
         let mut ptrs = Vec::with_capacity(encoded.len());
         for (i, e) in encoded.iter().enumerate() {
@@ -110,7 +110,7 @@ impl ReadView {
                 // scanners; sliced here if every chunk is kept already.
                 Some((_, true)) if overlap && run.end - run.start >= SHARE_RUN_MIN => {
                     run.shared = true;
-                    match run.chunks(|seg, index| self.share.ready(seg, index)) {
+                    match run.chunks(|seg, index| self.share.ready(seg, index, scan)) {
                         Some(chunks) => run.slice_chunks(&chunks),
                         None => {
                             device.push(run);
@@ -137,7 +137,7 @@ impl ReadView {
                         }
                     }
                 }
-                Some((seg, false)) => run.read(seg, How::PageCache, self),
+                Some((seg, false)) => run.read(seg, How::PageCache, self, scan),
                 None => run.slice(None),
             };
             self.settle(got, &mut loaded, &encoded);
@@ -148,18 +148,18 @@ impl ReadView {
             rx: None,
             asked: Vec::new(),
         };
-        self.dispatch(device, &mut loading, overlap);
+        self.dispatch(device, &mut loading, overlap, scan);
         loading
     }
 
     /// Hands `runs` of flushed segments to the worker threads (reads a
     /// lone one here unless `overlap`).
-    fn dispatch(&self, runs: Vec<Run>, loading: &mut Loading, overlap: bool) {
+    fn dispatch(&self, runs: Vec<Run>, loading: &mut Loading, overlap: bool, scan: &Scan) {
         if let [run] = &runs[..]
             && !overlap
         {
             let got = match self.segment(run.segment) {
-                Some((seg, _)) => run.read(seg, self.reads, self),
+                Some((seg, _)) => run.read(seg, self.reads, self, scan),
                 None => run.slice(None),
             };
             self.settle(got, &mut loading.loaded, &loading.encoded);
@@ -175,9 +175,9 @@ impl ReadView {
                 continue;
             };
             loading.asked.extend(run.members.iter().map(|&(i, _)| i));
-            let (seg, tx, view) = (seg.clone(), tx.clone(), self.clone());
+            let (seg, tx, view, scan) = (seg.clone(), tx.clone(), self.clone(), scan.clone());
             self.workers.run(move || {
-                let _ = tx.send(run.read(&seg, view.reads, &view));
+                let _ = tx.send(run.read(&seg, view.reads, &view, &scan));
             });
         }
         // Every job holds a sender and drops it when done (also if it
@@ -225,11 +225,12 @@ impl ReadView {
 impl Run {
     /// Reads the run from `seg` as `how` says, with one request (a lone
     /// value with `ReadView::read_value`, which re-reads a mismatch once),
-    /// or a shared run through the view's `ChunkShare`, chunk by chunk.
+    /// or a shared run through the view's `ChunkShare`, chunk by chunk,
+    /// for `scan`.
     /// The page cache was asked already if `how` is `CachedElseDirect`.
-    fn read(&self, seg: &SegmentFile, how: How, view: &ReadView) -> Checked {
+    fn read(&self, seg: &SegmentFile, how: How, view: &ReadView, scan: &Scan) -> Checked {
         if self.shared {
-            let got = self.chunks(|_, index| view.share.get(seg, index, how, &view.policy));
+            let got = self.chunks(|_, index| view.share.get(seg, index, how, &view.policy, scan));
             return match got {
                 Some(chunks) => self.slice_chunks(&chunks),
                 None => self.slice(None),

@@ -137,18 +137,62 @@ struct Cell {
 struct Slot {
     cell: Arc<Cell>,
     used: u64,
+    /// Scans that took the chunk (`Scan::id`), each once.
+    takers: Vec<u64>,
+}
+
+/// Where a scan last took a chunk, and when (`Map::tick`).
+struct Scanner {
+    segment: u64,
+    index: u64,
+    seen: u64,
 }
 
 #[derive(Default)]
 struct Map {
     slots: HashMap<(u64, u64), Slot>,
     tick: u64,
+    /// Scans that took chunks lately, by `Scan::id`: a kept chunk near
+    /// one of them that it has not taken yet is one it is likely to need.
+    scanners: HashMap<u64, Scanner>,
 }
+
+/// One scan's identity in the share (an `Iter` holds one): chunks it took
+/// are not kept for it, chunks near it that it has not taken are.
+#[derive(Clone)]
+pub struct Scan {
+    id: u64,
+    /// Set once the scan took a chunk: it must then leave on drop.
+    joined: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Scan {
+    pub fn joined(&self) -> bool {
+        self.joined.load(Ordering::Relaxed)
+    }
+}
+
+/// A scan that took no chunk for this many of the share's ticks (one per
+/// chunk asked for) no longer protects chunks: it paused or ended without
+/// leaving.
+const SCANNER_IDLE_TICKS: u64 = 4 * SHARE_CHUNKS as u64;
+/// Chunks on either side of a scan's last chunk that it protects.
+const SCANNER_REACH: u64 = SHARE_CHUNKS as u64;
+/// Longest a scan needing a new chunk waits for others to take the oldest
+/// kept chunk before dropping it anyway.
+const LAGGARD_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The chunks kept for scans of one database (see the module comment).
 #[derive(Default)]
 pub struct ChunkShare {
     map: Mutex<Map>,
+    /// Signalled when a chunk is taken or a scan leaves: a scan waiting
+    /// for room looks again.
+    taken: Condvar,
+    /// Last `Scan::id` handed out.
+    scan_ids: AtomicU64,
+    /// Times a scan waited for laggards before dropping a chunk (stats).
+    laggard_waits: AtomicU64,
     /// Chunks read from files, and waits for a read in flight (stats).
     reads: AtomicU64,
     waits: AtomicU64,
@@ -161,9 +205,31 @@ pub struct ChunkShare {
 const SPARE_MAX: usize = 4;
 
 impl ChunkShare {
-    /// Chunk `index` of `seg`, if it is kept and read; never waits.
-    pub fn ready(&self, seg: u64, index: u64) -> Option<ChunkBytes> {
-        let cell = touch(&mut self.map.lock(), (seg, index))?;
+    /// A new scan's identity.
+    pub fn scan(&self) -> Scan {
+        Scan {
+            id: self.scan_ids.fetch_add(1, Ordering::Relaxed) + 1,
+            joined: Arc::default(),
+        }
+    }
+
+    /// Forgets `scan` (its iterator is dropped): it protects no chunk.
+    pub fn leave(&self, scan: &Scan) {
+        if scan.joined() {
+            self.map.lock().scanners.remove(&scan.id);
+            self.taken.notify_all();
+        }
+    }
+
+    /// Chunk `index` of `seg` for `scan`, if it is kept and read; never
+    /// waits.
+    pub fn ready(&self, seg: u64, index: u64, scan: &Scan) -> Option<ChunkBytes> {
+        let cell = {
+            let mut map = self.map.lock();
+            let cell = touch(&mut map, (seg, index), scan)?;
+            self.taken.notify_all();
+            cell
+        };
         cell.state.lock().clone().flatten()
     }
 
@@ -177,33 +243,65 @@ impl ChunkShare {
         index: u64,
         how: How,
         policy: &ReadPolicy,
+        scan: &Scan,
     ) -> Option<ChunkBytes> {
         let key = (seg.number, index);
-        let (cell, mine) = {
+        let cell_mine = {
             let mut map = self.map.lock();
-            match touch(&mut map, key) {
-                Some(cell) => (cell, false),
-                None => {
-                    if map.slots.len() >= SHARE_CHUNKS
-                        && let Some(buffer) = evict_one(&mut map)
-                    {
+            let deadline = std::time::Instant::now() + LAGGARD_WAIT;
+            let mut waited = false;
+            loop {
+                if let Some(cell) = touch(&mut map, key, scan) {
+                    self.taken.notify_all();
+                    break Some((cell, false));
+                }
+                if map.slots.len() < SHARE_CHUNKS {
+                    break Some(self.insert(&mut map, key, scan));
+                }
+                // Room is made by dropping the oldest chunk no nearby scan
+                // still needs. If every one is needed: a scan that needs
+                // some itself has fallen behind and reads this chunk for
+                // itself alone, dropping none; a scan ahead of the others
+                // gives them a moment to take theirs, then drops the
+                // oldest anyway.
+                let late = std::time::Instant::now() >= deadline;
+                let victim = unneeded(&map).or_else(|| late.then(|| lru(&map)).flatten());
+                if let Some(victim) = victim {
+                    if let Some(buffer) = evict(&mut map, victim) {
                         let mut spare = self.spare.lock();
                         if spare.len() < SPARE_MAX {
                             spare.push(buffer);
                         }
                     }
-                    let cell = Arc::new(Cell {
-                        state: Mutex::new(None),
-                        ready: Condvar::new(),
-                    });
-                    let slot = Slot {
-                        cell: cell.clone(),
-                        used: map.tick,
-                    };
-                    map.slots.insert(key, slot);
-                    (cell, true)
+                    break Some(self.insert(&mut map, key, scan));
                 }
+                if lru(&map).is_none() {
+                    // Every kept chunk is being read: grow by one.
+                    break Some(self.insert(&mut map, key, scan));
+                }
+                if behind(&map, scan) {
+                    break None;
+                }
+                if !waited {
+                    waited = true;
+                    self.laggard_waits.fetch_add(1, Ordering::Relaxed);
+                }
+                self.taken.wait_until(&mut map, deadline);
             }
+        };
+        let Some((cell, mine)) = cell_mine else {
+            // Read for this scan alone, not kept.
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            let buffer = self
+                .spare
+                .lock()
+                .pop()
+                .and_then(|c| c.reuse(CHUNK as usize));
+            let buffer =
+                buffer.unwrap_or_else(|| Chunk::zeroed(CHUNK as usize, crate::io::DIRECT_ALIGN));
+            let (chunk, served) = seg.read_chunk(buffer, index * CHUNK, how).ok()?;
+            policy.count(served);
+            return Some(Arc::new(chunk));
         };
         if !mine {
             let mut state = cell.state.lock();
@@ -238,6 +336,28 @@ impl ChunkShare {
         bytes
     }
 
+    /// A new chunk being read by `scan`, kept under `key`.
+    fn insert(&self, map: &mut Map, key: (u64, u64), scan: &Scan) -> (Arc<Cell>, bool) {
+        note_scanner(map, key, scan);
+        let cell = Arc::new(Cell {
+            state: Mutex::new(None),
+            ready: Condvar::new(),
+        });
+        let slot = Slot {
+            cell: cell.clone(),
+            used: map.tick,
+            takers: vec![scan.id],
+        };
+        map.slots.insert(key, slot);
+        (cell, true)
+    }
+
+    /// Times a scan waited for others to take a chunk before it dropped
+    /// one, since open.
+    pub fn laggard_waits(&self) -> u64 {
+        self.laggard_waits.load(Ordering::Relaxed)
+    }
+
     /// Chunks read from files since the database opened.
     pub fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
@@ -249,26 +369,84 @@ impl ChunkShare {
     }
 }
 
-/// The cell of chunk `key` if the map has it, marked as just used.
-fn touch(map: &mut Map, key: (u64, u64)) -> Option<Arc<Cell>> {
-    map.tick += 1;
+/// The cell of chunk `key` if the map has it, marked as just used and as
+/// taken by `scan`.
+fn touch(map: &mut Map, key: (u64, u64), scan: &Scan) -> Option<Arc<Cell>> {
+    note_scanner(map, key, scan);
     let tick = map.tick;
     let slot = map.slots.get_mut(&key)?;
     slot.used = tick;
+    if !slot.takers.contains(&scan.id) {
+        slot.takers.push(scan.id);
+    }
     Some(slot.cell.clone())
 }
 
-/// Drops the least recently used chunk that is not being read (if every
-/// kept chunk is being read, the share grows by one until they finish);
-/// returns its buffer if no scan holds the chunk any more. Called under
-/// the map lock, so nobody can take a new reference to the dropped cell.
-fn evict_one(map: &mut Map) -> Option<Chunk> {
-    let victim = map
-        .slots
+/// Advances the tick and records that `scan` is at chunk `key`.
+fn note_scanner(map: &mut Map, key: (u64, u64), scan: &Scan) {
+    map.tick += 1;
+    scan.joined.store(true, Ordering::Relaxed);
+    let tick = map.tick;
+    map.scanners.insert(
+        scan.id,
+        Scanner {
+            segment: key.0,
+            index: key.1,
+            seen: tick,
+        },
+    );
+    // Scans that stopped taking chunks without leaving stop counting.
+    if map.scanners.len() > 64 {
+        map.scanners
+            .retain(|_, s| tick - s.seen <= SCANNER_IDLE_TICKS);
+    }
+}
+
+/// Whether a scan that took chunks lately, near this one in its segment,
+/// has not taken it yet (it is likely on its way).
+fn needed(map: &Map, key: (u64, u64), slot: &Slot) -> bool {
+    map.scanners.iter().any(|(id, s)| {
+        s.segment == key.0
+            && s.index.abs_diff(key.1) <= SCANNER_REACH
+            && map.tick - s.seen <= SCANNER_IDLE_TICKS
+            && !slot.takers.contains(id)
+    })
+}
+
+/// Whether some kept chunk near `scan` is one it has not taken: the
+/// other scans are ahead of it.
+fn behind(map: &Map, scan: &Scan) -> bool {
+    let Some(me) = map.scanners.get(&scan.id) else {
+        return false;
+    };
+    map.slots.iter().any(|(k, s)| {
+        k.0 == me.segment && k.1.abs_diff(me.index) <= SCANNER_REACH && !s.takers.contains(&scan.id)
+    })
+}
+
+/// The least recently used kept chunk that is not being read.
+fn lru(map: &Map) -> Option<(u64, u64)> {
+    map.slots
         .iter()
         .filter(|(_, s)| s.cell.state.lock().is_some())
         .min_by_key(|(_, s)| s.used)
-        .map(|(k, _)| *k)?;
+        .map(|(k, _)| *k)
+}
+
+/// The least recently used kept chunk that is not being read and that no
+/// nearby scan still needs.
+fn unneeded(map: &Map) -> Option<(u64, u64)> {
+    map.slots
+        .iter()
+        .filter(|(k, s)| s.cell.state.lock().is_some() && !needed(map, **k, s))
+        .min_by_key(|(_, s)| s.used)
+        .map(|(k, _)| *k)
+}
+
+/// Drops chunk `victim`; returns its buffer if no scan holds the chunk any
+/// more. Called under the map lock, so nobody can take a new reference to
+/// the dropped cell.
+fn evict(map: &mut Map, victim: (u64, u64)) -> Option<Chunk> {
     let slot = map.slots.remove(&victim)?;
     let cell = Arc::try_unwrap(slot.cell).ok()?;
     Arc::try_unwrap(cell.state.into_inner()??).ok()
@@ -327,6 +505,81 @@ mod tests {
         c.bytes_mut().fill(fill);
         assert_eq!(c.bytes().as_ptr() as usize % 4096, 0);
         Arc::new(c)
+    }
+
+    /// A map of ready chunks `indices` of segment 7, each used at its
+    /// index (lower: older) and taken by `takers(index)`.
+    fn map_of(indices: std::ops::Range<u64>, takers: impl Fn(u64) -> Vec<u64>) -> Map {
+        let mut map = Map::default();
+        for i in indices {
+            let cell = Arc::new(Cell {
+                state: Mutex::new(Some(Some(chunk(1, 16)))),
+                ready: Condvar::new(),
+            });
+            let slot = Slot {
+                cell,
+                used: i,
+                takers: takers(i),
+            };
+            map.slots.insert((7, i), slot);
+        }
+        map.tick = 1000;
+        map
+    }
+
+    fn at(map: &mut Map, id: u64, segment: u64, index: u64, seen: u64) {
+        let s = Scanner {
+            segment,
+            index,
+            seen,
+        };
+        map.scanners.insert(id, s);
+    }
+
+    fn scan(id: u64) -> Scan {
+        Scan {
+            id,
+            joined: Arc::default(),
+        }
+    }
+
+    #[test]
+    fn the_oldest_chunk_every_nearby_scan_took_is_dropped_first() {
+        // Scan 1 is ahead at chunk 40 and took 9..41; scan 2, at 12,
+        // took 9..13 so far.
+        let mut map = map_of(9..41, |i| if i <= 12 { vec![1, 2] } else { vec![1] });
+        at(&mut map, 1, 7, 40, 1000);
+        at(&mut map, 2, 7, 12, 999);
+        assert_eq!(unneeded(&map), Some((7, 9)));
+        assert!(!behind(&map, &scan(1)));
+        assert!(behind(&map, &scan(2)), "scan 2 has chunks ahead to take");
+        // Once scan 2 has taken nothing yet, every chunk within its reach
+        // is needed: none is dropped without a wait.
+        let mut map = map_of(9..41, |_| vec![1]);
+        at(&mut map, 1, 7, 40, 1000);
+        at(&mut map, 2, 7, 8, 999);
+        assert_eq!(unneeded(&map), None);
+        assert_eq!(lru(&map), Some((7, 9)), "the fallback after the wait");
+        // Out of its reach, a chunk is not kept for it.
+        at(&mut map, 2, 7, 2, 999);
+        assert_eq!(unneeded(&map), Some((7, 35)));
+    }
+
+    #[test]
+    fn idle_and_distant_scans_keep_nothing() {
+        let mut map = map_of(9..41, |_| vec![1]);
+        at(&mut map, 1, 7, 40, 1000);
+        // Scan 2 took no chunk for longer than the idle limit.
+        at(&mut map, 2, 7, 8, 1000 - SCANNER_IDLE_TICKS - 1);
+        assert_eq!(unneeded(&map), Some((7, 9)));
+        // Scan 3 is in another segment.
+        at(&mut map, 3, 8, 10, 1000);
+        assert_eq!(unneeded(&map), Some((7, 9)));
+        assert!(!behind(&map, &scan(3)));
+        // A chunk being read is never dropped.
+        *map.slots[&(7, 9)].cell.state.lock() = None;
+        assert_eq!(unneeded(&map), Some((7, 10)));
+        assert_eq!(lru(&map), Some((7, 10)));
     }
 
     #[test]
