@@ -11,7 +11,7 @@
 use super::ReadView;
 use super::cursor::{Cursor, Dir, LevelCursor, MemCursor, MergeCursor, table_cursor};
 use super::prefetch::Loading;
-use super::share::Scan;
+use super::share::{Scan, Value};
 use crate::Result;
 use crate::format::key::{self, Kind};
 use crate::format::vptr::ValuePtr;
@@ -42,6 +42,8 @@ pub struct Iter {
     done: bool,
     /// This scan in the database's `ChunkShare`.
     scan: Scan,
+    /// The entry `next_ref` lent out last.
+    lent: Option<Entry>,
 }
 
 impl Drop for Iter {
@@ -59,7 +61,7 @@ impl Drop for Iter {
 /// short scan reads nothing it does not yield, and doubles per refill up
 /// to `WINDOW_MAX`, so a long scan keeps the device busy.
 struct Ahead {
-    queue: VecDeque<Result<KeyValue>>,
+    queue: VecDeque<Result<Entry>>,
     window: usize,
     /// The merge has ended (or failed): nothing more to take from it.
     ended: bool,
@@ -101,6 +103,9 @@ pub const WINDOW_BYTES_MAX: usize = 4 << 20;
 /// values instead of 100, and `dbbench` seekrandom ran at half the rate.
 pub const PREFETCH_WINDOW_MIN: usize = 128;
 
+/// An entry with its value loaded (owned, or lent out of a shared chunk).
+type Entry = (Vec<u8>, Value);
+
 /// An entry whose value is not loaded yet: user key, kind, stored value.
 type Raw = (Vec<u8>, u8, Vec<u8>);
 
@@ -135,6 +140,7 @@ impl Iter {
             front_ahead: Ahead::new(),
             back_ahead: Ahead::new(),
             done: false,
+            lent: None,
         }
     }
 
@@ -319,7 +325,7 @@ impl Iter {
     }
 
     /// The next entry from one end, refilling its read-ahead if empty.
-    fn step(&mut self, dir: Dir) -> Option<Result<KeyValue>> {
+    fn step(&mut self, dir: Dir) -> Option<Result<Entry>> {
         let empty = match dir {
             Dir::Forward => self.front_ahead.queue.is_empty(),
             Dir::Backward => self.back_ahead.queue.is_empty(),
@@ -428,7 +434,7 @@ impl Iter {
                     Err(crate::Error::Poisoned("internal: value not loaded".into()))
                 })
             } else {
-                Ok(stored)
+                Ok(Value::Owned(stored))
             };
             ahead.queue.push_back(value.map(|v| (user, v)));
         }
@@ -448,10 +454,10 @@ fn value_bytes((user, kind, stored): &Raw) -> usize {
     user.len() + value
 }
 
-impl Iterator for Iter {
-    type Item = Result<KeyValue>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+impl Iter {
+    /// The next entry from the front, as `next` yields it, with its value
+    /// as loaded.
+    fn next_entry(&mut self) -> Option<Result<Entry>> {
         if self.done {
             return None;
         }
@@ -461,7 +467,7 @@ impl Iterator for Iter {
                 Some(Err(e))
             }
             Some(Ok((k, v))) if self.back_last.as_ref().is_none_or(|b| k < *b) => {
-                self.front_last = Some(k.clone());
+                remember(&mut self.front_last, &k);
                 Some(Ok((k, v)))
             }
             _ => {
@@ -469,6 +475,48 @@ impl Iterator for Iter {
                 None
             }
         }
+    }
+
+    /// The next entry from the front, like `next`, but lent: the key and
+    /// value stay the iterator's until the next call. A value a long scan
+    /// read through a shared chunk (§Shared scans in docs/architecture.md)
+    /// is lent out of the chunk itself, so scanners that only look at
+    /// values pay no copy for them.
+    ///
+    /// ```no_run
+    /// # fn demo(db: &cairndb::Db) -> cairndb::Result<()> {
+    /// let mut iter = db.iter();
+    /// let mut bytes = 0;
+    /// while let Some(entry) = iter.next_ref() {
+    ///     let (key, value) = entry?;
+    ///     bytes += key.len() + value.len();
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn next_ref(&mut self) -> Option<Result<(&[u8], &[u8])>> {
+        match self.next_entry()? {
+            Err(e) => Some(Err(e)),
+            Ok(entry) => {
+                let (k, v) = self.lent.insert(entry);
+                Some(Ok((k.as_slice(), v.as_slice())))
+            }
+        }
+    }
+}
+
+/// Sets `last` to `key`, reusing its buffer.
+fn remember(last: &mut Option<Vec<u8>>, key: &[u8]) {
+    let buf = last.get_or_insert_with(Vec::new);
+    buf.clear();
+    buf.extend_from_slice(key);
+}
+
+impl Iterator for Iter {
+    type Item = Result<KeyValue>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_entry().map(|e| e.map(|(k, v)| (k, v.into_vec())))
     }
 }
 
@@ -483,8 +531,8 @@ impl DoubleEndedIterator for Iter {
                 Some(Err(e))
             }
             Some(Ok((k, v))) if self.front_last.as_ref().is_none_or(|f| k > *f) => {
-                self.back_last = Some(k.clone());
-                Some(Ok((k, v)))
+                remember(&mut self.back_last, &k);
+                Some(Ok((k, v.into_vec())))
             }
             _ => {
                 self.done = true;

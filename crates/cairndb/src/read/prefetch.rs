@@ -18,7 +18,7 @@
 
 use super::ReadView;
 use super::policy::{How, Served};
-use super::share::{self, CHUNK, ChunkBytes, SHARE_RUN_MIN, Scan};
+use super::share::{self, CHUNK, ChunkBytes, SHARE_RUN_MIN, Scan, Value};
 use crate::Result;
 use crate::format::vptr::ValuePtr;
 use crate::version::segments::SegmentFile;
@@ -41,11 +41,11 @@ struct Run {
 }
 
 /// Values read for a window: (index into the caller's slice, value).
-type Loaded = Vec<(usize, Result<Vec<u8>>)>;
+type Loaded = Vec<(usize, Result<Value>)>;
 
 /// Values a reader got: `None` where the value could not be read or does
 /// not match its pointer (the caller then goes through `ReadView::load`).
-type Checked = Vec<(usize, Option<Vec<u8>>)>;
+type Checked = Vec<(usize, Option<Value>)>;
 
 /// Values being loaded: what was read already, and the device runs in
 /// flight on the worker threads ([`ReadView::load_start`]).
@@ -74,7 +74,7 @@ impl ReadView {
             match ValuePtr::decode(e) {
                 Some(p) => ptrs.push((i, p)),
                 // `load` reports the malformed pointer.
-                None => loaded.push((i, self.load(e))),
+                None => loaded.push((i, self.load(e).map(Value::Owned))),
             }
         }
         ptrs.sort_by_key(|(_, p)| (p.segment, p.offset));
@@ -187,7 +187,7 @@ impl ReadView {
 
     /// Waits for the values [`ReadView::load_start`] dispatched; returns
     /// every value, in the order of the pointers.
-    pub fn load_finish(&self, mut loading: Loading) -> Vec<Result<Vec<u8>>> {
+    pub fn load_finish(&self, mut loading: Loading) -> Vec<Result<Value>> {
         if let Some(rx) = loading.rx.take() {
             let mut answered = vec![false; loading.encoded.len()];
             for got in rx.iter() {
@@ -197,10 +197,11 @@ impl ReadView {
                 self.settle(got, &mut loading.loaded, &loading.encoded);
             }
             for &i in loading.asked.iter().filter(|&&i| !answered[i]) {
-                loading.loaded.push((i, self.load(&loading.encoded[i])));
+                let value = self.load(&loading.encoded[i]).map(Value::Owned);
+                loading.loaded.push((i, value));
             }
         }
-        let mut out: Vec<Option<Result<Vec<u8>>>> = loading.encoded.iter().map(|_| None).collect();
+        let mut out: Vec<Option<Result<Value>>> = loading.encoded.iter().map(|_| None).collect();
         for (i, v) in loading.loaded {
             out[i] = Some(v);
         }
@@ -217,7 +218,7 @@ impl ReadView {
     fn settle(&self, got: Checked, loaded: &mut Loaded, encoded: &[Vec<u8>]) {
         loaded.extend(got.into_iter().map(|(i, v)| match v {
             Some(v) => (i, Ok(v)),
-            None => (i, self.load(&encoded[i])),
+            None => (i, self.load(&encoded[i]).map(Value::Owned)),
         }));
     }
 }
@@ -243,7 +244,7 @@ impl Run {
             Served::Buffered
         });
         if let [(i, p)] = self.members[..] {
-            return vec![(i, seg.read(&p, direct).ok().flatten())];
+            return vec![(i, seg.read(&p, direct).ok().flatten().map(Value::Owned))];
         }
         let span = usize::try_from(self.end - self.start)
             .ok()
@@ -273,9 +274,18 @@ impl Run {
                 let len = p.len as usize;
                 let one = chunks.get(usize::try_from(index - first).unwrap_or(usize::MAX));
                 let value = match one {
-                    // Within one chunk: checked once for all its scanners.
-                    Some(c) if from + len <= CHUNK as usize => c.checked_value(from, len, p.crc),
-                    _ => share::gather(chunks, first, p.offset, len).filter(|v| p.matches(v)),
+                    // Within one chunk: checked once for all its scanners,
+                    // and lent out of it.
+                    Some(c) if from + len <= CHUNK as usize => {
+                        c.check_value(from, len, p.crc).then(|| Value::Lent {
+                            chunk: c.clone(),
+                            from,
+                            len,
+                        })
+                    }
+                    _ => share::gather(chunks, first, p.offset, len)
+                        .filter(|v| p.matches(v))
+                        .map(Value::Owned),
                 };
                 (i, value)
             })
@@ -292,7 +302,7 @@ impl Run {
                 let value = span
                     .and_then(|s| s.get(from..from + p.len as usize))
                     .filter(|v| p.matches(v))
-                    .map(<[u8]>::to_vec);
+                    .map(|v| Value::Owned(v.to_vec()));
                 (i, value)
             })
             .collect()

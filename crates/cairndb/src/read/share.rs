@@ -95,20 +95,27 @@ impl Chunk {
         Some(self)
     }
 
-    /// A copy of the value of `len` bytes at `from` if its masked CRC-32C
-    /// is `crc` (as `ValuePtr::matches`), computed only if no scan has
+    /// Whether the value of `len` bytes at `from` has the masked CRC-32C
+    /// `crc` (as `ValuePtr::matches`), computed only if no scan has
     /// checked this value in this chunk before.
-    pub fn checked_value(&self, from: usize, len: usize, crc: u32) -> Option<Vec<u8>> {
-        let value = self.bytes().get(from..from.checked_add(len)?)?;
-        let slot = self.checked.get(from / CHECK_SLOT)?;
+    pub fn check_value(&self, from: usize, len: usize, crc: u32) -> bool {
+        let Some(value) = from
+            .checked_add(len)
+            .and_then(|end| self.bytes().get(from..end))
+        else {
+            return false;
+        };
+        let Some(slot) = self.checked.get(from / CHECK_SLOT) else {
+            return false;
+        };
         let tag = checked_tag(from, len, crc);
         if slot.load(Ordering::Acquire) != tag {
             if crate::format::coding::crc(value) != crc {
-                return None;
+                return false;
             }
             slot.store(tag, Ordering::Release);
         }
-        Some(value.to_vec())
+        true
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -126,6 +133,36 @@ impl Chunk {
 }
 
 pub type ChunkBytes = Arc<Chunk>;
+
+/// A value a read produced: owned, or lent out of a kept chunk (checked
+/// against its pointer already), copied only if the caller asks to own
+/// it. Scanners that borrow values (`Iter::next_ref`) then read them out
+/// of the shared chunk with no copy of their own.
+pub enum Value {
+    Owned(Vec<u8>),
+    Lent {
+        chunk: ChunkBytes,
+        from: usize,
+        len: usize,
+    },
+}
+
+impl Value {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Value::Owned(v) => v,
+            // In range: `Run::slice_chunks` checked it (`check_value`).
+            Value::Lent { chunk, from, len } => &chunk.bytes()[*from..*from + *len],
+        }
+    }
+
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            Value::Owned(v) => v,
+            lent => lent.as_slice().to_vec(),
+        }
+    }
+}
 
 /// One chunk: being read (`None`) or read (`Some`: its bytes, or `None`
 /// if the read failed).
@@ -587,16 +624,17 @@ mod tests {
         let mut c = Chunk::zeroed(8192, 4096);
         c.bytes_mut()[1100..1200].fill(7);
         let crc = crate::format::coding::crc(&c.bytes()[1100..1200]);
-        assert_eq!(c.checked_value(1100, 100, crc).expect("matches"), [7; 100]);
+        assert!(c.check_value(1100, 100, crc), "matches");
         assert_ne!(c.checked[1].load(Ordering::Relaxed), 0, "remembered");
-        assert!(
-            c.checked_value(1100, 100, crc ^ 1).is_none(),
-            "other checksum"
-        );
-        assert!(c.checked_value(1100, 99, crc).is_none(), "other length");
-        assert!(c.checked_value(1101, 100, crc).is_none(), "other offset");
-        assert_eq!(c.checked_value(1100, 100, crc).expect("again"), [7; 100]);
-        assert!(c.checked_value(8100, 100, crc).is_none(), "past the end");
+        assert!(!c.check_value(1100, 100, crc ^ 1), "other checksum");
+        assert!(!c.check_value(1100, 99, crc), "other length");
+        assert!(!c.check_value(1101, 100, crc), "other offset");
+        assert!(c.check_value(1100, 100, crc), "again");
+        assert!(!c.check_value(8100, 100, crc), "past the end");
+        // A damaged value is not passed on the strength of a slot.
+        c.checked[1].store(0, Ordering::Relaxed);
+        c.bytes_mut()[1150] ^= 1;
+        assert!(!c.check_value(1100, 100, crc), "damaged");
     }
 
     #[test]
@@ -604,7 +642,7 @@ mod tests {
         let mut c = Chunk::zeroed(8192, 4096);
         c.bytes_mut()[..100].fill(3);
         let crc = crate::format::coding::crc(&c.bytes()[..100]);
-        assert!(c.checked_value(0, 100, crc).is_some());
+        assert!(c.check_value(0, 100, crc));
         c.truncate(200);
         let c = c.reuse(8192).expect("room for a whole chunk");
         assert_eq!(c.bytes().len(), 8192);
