@@ -520,6 +520,7 @@ impl Db {
             scan_chunk_reads: inner.share.reads(),
             scan_chunk_waits: inner.share.waits(),
             scan_laggard_waits: inner.share.laggard_waits(),
+            scan_chunks_read_ahead: inner.share.ahead_reads(),
             value_bytes_moved: inner.counters.value_bytes_moved.load(Ordering::Relaxed),
             journals_recycled: inner.reaper.recycled.load(Ordering::Relaxed),
             journals_free: inner.reaper.free.lock().len(),
@@ -597,6 +598,9 @@ pub struct Stats {
     /// Times a scan that needed a new chunk waited for slower scans to
     /// take the chunks it would otherwise drop (shared scans).
     pub scan_laggard_waits: u64,
+    /// Of `scan_chunk_reads`, the chunks read ahead of the scans that
+    /// then took them (or that no scan took).
+    pub scan_chunks_read_ahead: u64,
     /// Separated value bytes compactions moved to values files since
     /// open (value GC and settling).
     pub value_bytes_moved: u64,

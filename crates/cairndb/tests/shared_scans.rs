@@ -97,11 +97,18 @@ fn interleaved_scans_read_each_chunk_once() {
         alone >= chunks - 2 && alone <= chunks + 4,
         "a lone scan read {alone} chunks of 1 MiB for {chunks} MiB of values"
     );
+    let ahead = |db: &Db| db.stats().scan_chunks_read_ahead;
+    assert!(
+        ahead(&db) > chunks / 2,
+        "a long scan reads ahead: {}",
+        ahead(&db)
+    );
 
     // Two forward scans side by side, then two backward: together they
     // read what one reads (without sharing: twice as much).
     for backward in [false, true] {
         let before = reads(&db);
+        let ahead_before = ahead(&db);
         let mut scans: Vec<Scan<'_>> = if backward {
             vec![Box::new(db.iter().rev()), Box::new(db.iter().rev())]
         } else {
@@ -113,6 +120,15 @@ fn interleaved_scans_read_each_chunk_once() {
         assert!(
             both <= alone + 2,
             "backward {backward}: two scans read {both} chunks, one alone {alone}"
+        );
+        // Most chunks the pair read (those the share no longer kept) were
+        // read ahead of them, downward for backward scans. (Not all: the
+        // chunks the lone scan left are kept for the pair while it is
+        // within reach of them, so a read ahead may find no room.)
+        let read_ahead = ahead(&db) - ahead_before;
+        assert!(
+            read_ahead * 2 >= both,
+            "backward {backward}: {read_ahead} of {both} chunks read ahead"
         );
     }
 }

@@ -334,8 +334,9 @@ impl Engine for CairnEngine {
     fn scan_note(&self) -> Option<String> {
         let s = self.db.stats();
         Some(format!(
-            "shared scans read {} chunks of 1 MiB, waited {} times for a read, {} for laggards; {}",
+            "shared scans read {} chunks of 1 MiB ({} ahead), waited {} times for a read, {} for laggards; {}",
             s.scan_chunk_reads,
+            s.scan_chunks_read_ahead,
             s.scan_chunk_waits,
             s.scan_laggard_waits,
             value_reads_note(&s)

@@ -22,6 +22,7 @@ use super::share::{self, CHUNK, ChunkBytes, SHARE_RUN_MIN, Scan, Value};
 use crate::Result;
 use crate::format::vptr::ValuePtr;
 use crate::version::segments::SegmentFile;
+use std::sync::Arc;
 
 /// Largest gap between two values read with one request.
 pub const RUN_GAP_MAX: u64 = 16 << 10;
@@ -229,9 +230,11 @@ impl Run {
     /// or a shared run through the view's `ChunkShare`, chunk by chunk,
     /// for `scan`.
     /// The page cache was asked already if `how` is `CachedElseDirect`.
-    fn read(&self, seg: &SegmentFile, how: How, view: &ReadView, scan: &Scan) -> Checked {
+    fn read(&self, seg: &Arc<SegmentFile>, how: How, view: &ReadView, scan: &Scan) -> Checked {
         if self.shared {
             let got = self.chunks(|_, index| view.share.get(seg, index, how, &view.policy, scan));
+            let span = (self.start / CHUNK, (self.end - 1) / CHUNK);
+            view.share.read_ahead(seg, span, how, view, scan);
             return match got {
                 Some(chunks) => self.slice_chunks(&chunks),
                 None => self.slice(None),

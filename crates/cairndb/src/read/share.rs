@@ -183,6 +183,10 @@ struct Scanner {
     segment: u64,
     index: u64,
     seen: u64,
+    /// Sum of the scan's recent moves between chunks, kept within ±8:
+    /// positive for a forward scan, negative for a backward one (whose
+    /// runs still take their chunks in ascending order).
+    trend: i64,
 }
 
 #[derive(Default)]
@@ -213,6 +217,9 @@ impl Scan {
 /// chunk asked for) no longer protects chunks: it paused or ended without
 /// leaving.
 const SCANNER_IDLE_TICKS: u64 = 4 * SHARE_CHUNKS as u64;
+/// Chunks a long scan has read ahead of the run it took (`read_ahead`):
+/// with the run itself, about three 1 MiB requests in flight per stream.
+pub const READ_AHEAD: u64 = 2;
 /// Chunks on either side of a scan's last chunk that it protects.
 const SCANNER_REACH: u64 = SHARE_CHUNKS as u64;
 /// Longest a scan needing a new chunk waits for others to take the oldest
@@ -230,6 +237,8 @@ pub struct ChunkShare {
     scan_ids: AtomicU64,
     /// Times a scan waited for laggards before dropping a chunk (stats).
     laggard_waits: AtomicU64,
+    /// Chunks read ahead of the scans (stats; also in `reads`).
+    ahead_reads: AtomicU64,
     /// Chunks read from files, and waits for a read in flight (stats).
     reads: AtomicU64,
     waits: AtomicU64,
@@ -350,20 +359,33 @@ impl ChunkShare {
             }
             return state.clone().flatten();
         }
+        self.fill(seg, key, &cell, how, policy)
+    }
+
+    /// Reads chunk `key` of `seg` into `cell` (inserted as being read)
+    /// and hands the outcome to its waiters.
+    fn fill(
+        &self,
+        seg: &SegmentFile,
+        key: (u64, u64),
+        cell: &Arc<Cell>,
+        how: How,
+        policy: &ReadPolicy,
+    ) -> Option<ChunkBytes> {
         // The reader publishes whatever happens, so a waiter never waits
         // for a read nobody is doing (a panic inside the read would unwind
         // through `Publish::drop`).
         let mut publish = Publish {
             share: self,
             key,
-            cell: &cell,
+            cell,
             bytes: None,
         };
         self.reads.fetch_add(1, Ordering::Relaxed);
         let len = CHUNK as usize;
         let buffer = self.spare.lock().pop().and_then(|c| c.reuse(len));
         let buffer = buffer.unwrap_or_else(|| Chunk::zeroed(len, crate::io::DIRECT_ALIGN));
-        let bytes = seg.read_chunk(buffer, index * CHUNK, how).ok();
+        let bytes = seg.read_chunk(buffer, key.1 * CHUNK, how).ok();
         publish.bytes = bytes.map(|(chunk, served)| {
             policy.count(served);
             Arc::new(chunk)
@@ -371,6 +393,75 @@ impl ChunkShare {
         let bytes = publish.bytes.clone();
         drop(publish);
         bytes
+    }
+
+    /// Starts reading, on the view's worker threads, the [`READ_AHEAD`]
+    /// chunks of `seg` past the run `first..=last` that `scan` just took,
+    /// in the direction it is moving, unless they are kept already: the
+    /// device then has the next chunks of a long scan in flight while the
+    /// scanners slice the current ones. Room is taken only from chunks no
+    /// nearby scan still needs; without room, nothing is read ahead.
+    pub fn read_ahead(
+        self: &Arc<Self>,
+        seg: &Arc<SegmentFile>,
+        (first, last): (u64, u64),
+        how: How,
+        view: &super::ReadView,
+        scan: &Scan,
+    ) {
+        let Ok(len) = seg.len() else {
+            return;
+        };
+        let trend = match self.map.lock().scanners.get(&scan.id) {
+            Some(s) => s.trend,
+            None => return,
+        };
+        let next: Vec<u64> = if trend > 0 {
+            (last + 1..=last + READ_AHEAD).collect()
+        } else if trend < 0 {
+            (first.saturating_sub(READ_AHEAD)..first).rev().collect()
+        } else {
+            return;
+        };
+        for index in next {
+            if index.saturating_mul(CHUNK) >= len {
+                break;
+            }
+            let key = (seg.number, index);
+            let cell = {
+                let mut map = self.map.lock();
+                if map.slots.contains_key(&key) {
+                    continue;
+                }
+                if map.slots.len() >= SHARE_CHUNKS {
+                    let Some(victim) = unneeded(&map) else {
+                        break;
+                    };
+                    if let Some(buffer) = evict(&mut map, victim) {
+                        let mut spare = self.spare.lock();
+                        if spare.len() < SPARE_MAX {
+                            spare.push(buffer);
+                        }
+                    }
+                }
+                let cell = Arc::new(Cell {
+                    state: Mutex::new(None),
+                    ready: Condvar::new(),
+                });
+                let slot = Slot {
+                    cell: cell.clone(),
+                    used: map.tick,
+                    takers: Vec::new(),
+                };
+                map.slots.insert(key, slot);
+                cell
+            };
+            self.ahead_reads.fetch_add(1, Ordering::Relaxed);
+            let (share, seg, policy) = (self.clone(), seg.clone(), view.policy.clone());
+            view.workers.run(move || {
+                share.fill(&seg, key, &cell, how, &policy);
+            });
+        }
     }
 
     /// A new chunk being read by `scan`, kept under `key`.
@@ -393,6 +484,11 @@ impl ChunkShare {
     /// one, since open.
     pub fn laggard_waits(&self) -> u64 {
         self.laggard_waits.load(Ordering::Relaxed)
+    }
+
+    /// Chunks read ahead of the scans since open (`read_ahead`).
+    pub fn ahead_reads(&self) -> u64 {
+        self.ahead_reads.load(Ordering::Relaxed)
     }
 
     /// Chunks read from files since the database opened.
@@ -424,12 +520,24 @@ fn note_scanner(map: &mut Map, key: (u64, u64), scan: &Scan) {
     map.tick += 1;
     scan.joined.store(true, Ordering::Relaxed);
     let tick = map.tick;
+    let trend = match map.scanners.get(&scan.id) {
+        Some(s) if s.segment == key.0 => {
+            let moved = if key.1 >= s.index {
+                i64::try_from(key.1 - s.index).unwrap_or(8)
+            } else {
+                -i64::try_from(s.index - key.1).unwrap_or(8)
+            };
+            (s.trend + moved.clamp(-8, 8)).clamp(-8, 8)
+        }
+        _ => 0,
+    };
     map.scanners.insert(
         scan.id,
         Scanner {
             segment: key.0,
             index: key.1,
             seen: tick,
+            trend,
         },
     );
     // Scans that stopped taking chunks without leaving stop counting.
@@ -450,14 +558,18 @@ fn needed(map: &Map, key: (u64, u64), slot: &Slot) -> bool {
     })
 }
 
-/// Whether some kept chunk near `scan` is one it has not taken: the
-/// other scans are ahead of it.
+/// Whether some kept chunk near `scan` is one another scan took and it
+/// has not: the other scans are ahead of it. (Chunks read ahead that
+/// nobody took yet do not count.)
 fn behind(map: &Map, scan: &Scan) -> bool {
     let Some(me) = map.scanners.get(&scan.id) else {
         return false;
     };
     map.slots.iter().any(|(k, s)| {
-        k.0 == me.segment && k.1.abs_diff(me.index) <= SCANNER_REACH && !s.takers.contains(&scan.id)
+        k.0 == me.segment
+            && k.1.abs_diff(me.index) <= SCANNER_REACH
+            && !s.takers.is_empty()
+            && !s.takers.contains(&scan.id)
     })
 }
 
@@ -569,6 +681,7 @@ mod tests {
             segment,
             index,
             seen,
+            trend: 1,
         };
         map.scanners.insert(id, s);
     }
@@ -600,6 +713,40 @@ mod tests {
         // Out of its reach, a chunk is not kept for it.
         at(&mut map, 2, 7, 2, 999);
         assert_eq!(unneeded(&map), Some((7, 35)));
+    }
+
+    #[test]
+    fn a_scan_moving_backward_is_told_from_one_moving_forward() {
+        let mut map = Map::default();
+        let (fwd, bwd) = (scan(1), scan(2));
+        // Runs of two chunks, each taken in ascending order: forward the
+        // runs climb, backward they fall.
+        for (a, b) in [(10, 11), (11, 12), (12, 13)] {
+            note_scanner(&mut map, (7, a), &fwd);
+            note_scanner(&mut map, (7, b), &fwd);
+        }
+        for (a, b) in [(20, 21), (19, 20), (18, 19)] {
+            note_scanner(&mut map, (7, a), &bwd);
+            note_scanner(&mut map, (7, b), &bwd);
+        }
+        assert!(map.scanners[&1].trend > 0);
+        assert!(map.scanners[&2].trend < 0);
+        // A move to another segment starts over.
+        note_scanner(&mut map, (8, 0), &fwd);
+        assert_eq!(map.scanners[&1].trend, 0);
+    }
+
+    #[test]
+    fn chunks_read_ahead_do_not_make_a_scan_look_behind() {
+        let mut map = map_of(9..20, |_| vec![1]);
+        at(&mut map, 1, 7, 19, 1000);
+        assert!(!behind(&map, &scan(1)));
+        // Read ahead, nobody took them yet: still not behind.
+        let ahead = map_of(20..22, |_| Vec::new());
+        map.slots.extend(ahead.slots);
+        assert!(!behind(&map, &scan(1)));
+        // But they are kept for it: the oldest taken chunk goes first.
+        assert_eq!(unneeded(&map), Some((7, 9)));
     }
 
     #[test]

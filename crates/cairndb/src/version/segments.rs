@@ -188,6 +188,11 @@ impl SegmentFile {
         Ok((chunk, Served::Direct))
     }
 
+    /// The file's length in bytes (opened for reading on first use).
+    pub fn len(&self) -> io::Result<u64> {
+        Ok(self.handle(&self.reader, false)?.len())
+    }
+
     /// The value `ptr` names if the page cache holds all of it and it
     /// matches the pointer; `Ok(None)` otherwise (nothing waited for).
     pub fn read_cached(&self, ptr: &ValuePtr) -> io::Result<Option<Vec<u8>>> {
