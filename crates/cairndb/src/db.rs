@@ -153,13 +153,18 @@ pub(crate) struct Inner {
 impl Inner {
     pub fn view(&self) -> ReadView {
         let s = self.state.read();
+        let (mem, sealed, version) = (s.mem.clone(), s.sealed.clone(), s.version.clone());
+        let table_seqno_max = s.table_seqno_max;
+        drop(s);
+        // Outside the state lock: `Auto` may read /proc/meminfo here.
+        let reads = self.policy.how(|| version.value_bytes_live());
         ReadView {
-            mem: s.mem.clone(),
-            sealed: s.sealed.clone(),
-            version: s.version.clone(),
-            table_seqno_max: s.table_seqno_max,
+            mem,
+            sealed,
+            version,
+            table_seqno_max,
             tables: self.tables.clone(),
-            reads: self.policy.how(|| s.version.value_bytes_live()),
+            reads,
             policy: self.policy.clone(),
             workers: self.workers.clone(),
             share: self.share.clone(),

@@ -128,10 +128,34 @@ struct Cachestat {
     nr_recently_evicted: u64,
 }
 
-/// `cachestat`'s number: the same on every architecture (Linux 6.5).
-const SYS_CACHESTAT: libc::c_long = 451;
+/// `cachestat`'s number (Linux 6.5) where it is 451, the common table's
+/// number (x86, Arm, RISC-V, LoongArch, PowerPC, s390); elsewhere (Alpha,
+/// MIPS) the page cache is not asked and nothing counts as cached.
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64",
+    target_arch = "loongarch64",
+    target_arch = "powerpc64",
+    target_arch = "s390x"
+))]
+const SYS_CACHESTAT: Option<libc::c_long> = Some(451);
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64",
+    target_arch = "loongarch64",
+    target_arch = "powerpc64",
+    target_arch = "s390x"
+)))]
+const SYS_CACHESTAT: Option<libc::c_long> = None;
 
-/// Cleared once the kernel answers that it has no `cachestat`.
+/// Cleared once the kernel answers that it has no `cachestat`, or that
+/// this process may not use it.
 static CACHESTAT_WORKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// True if the page cache holds every page of `offset..offset + len` of
@@ -140,6 +164,9 @@ static CACHESTAT_WORKS: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 fn cached_whole(file: &File, offset: u64, len: u64) -> bool {
     use std::os::fd::AsRawFd;
     use std::sync::atomic::Ordering;
+    let Some(number) = SYS_CACHESTAT else {
+        return false;
+    };
     if !CACHESTAT_WORKS.load(Ordering::Relaxed) {
         return false;
     }
@@ -157,7 +184,7 @@ fn cached_whole(file: &File, offset: u64, len: u64) -> bool {
     // `file`, which outlives the call. Nothing else is touched.
     let rc = unsafe {
         libc::syscall(
-            SYS_CACHESTAT,
+            number,
             file.as_raw_fd(),
             &range as *const CachestatRange,
             &mut stat as *mut Cachestat,
@@ -165,7 +192,9 @@ fn cached_whole(file: &File, offset: u64, len: u64) -> bool {
         )
     };
     if rc != 0 {
-        if io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        // No such call (old kernel), or a sandbox refuses it: stop asking.
+        let errno = io::Error::last_os_error().raw_os_error();
+        if matches!(errno, Some(libc::ENOSYS) | Some(libc::EPERM)) {
             CACHESTAT_WORKS.store(false, Ordering::Relaxed);
         }
         return false;

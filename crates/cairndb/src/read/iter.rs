@@ -92,7 +92,9 @@ struct Window {
 pub const WINDOW_MAX: usize = 256;
 /// Most value bytes one refill reads ahead. With the window in flight
 /// behind it (`PREFETCH_WINDOW_MIN`), an iterator end holds at most twice
-/// this.
+/// this in values, and values lent out of shared chunks keep at most as
+/// much again of their chunks alive (`Run::slice_chunks` lends only from
+/// runs the values fill at least half of).
 pub const WINDOW_BYTES_MAX: usize = 4 << 20;
 /// Window size from which the next window's values are loaded while the
 /// current one is consumed (if the current one had separated values):

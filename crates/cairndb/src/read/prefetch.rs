@@ -270,6 +270,11 @@ impl Run {
     /// run), if it matches its pointer.
     fn slice_chunks(&self, chunks: &[ChunkBytes]) -> Checked {
         let first = self.start / CHUNK;
+        // Values are lent out of their chunk only where they fill at
+        // least half the run: a lent value keeps its whole chunk alive, so
+        // an iterator's queue holds at most twice the bytes of its values.
+        let bytes: u64 = self.members.iter().map(|(_, p)| u64::from(p.len)).sum();
+        let lend = bytes * 2 >= self.end - self.start;
         self.members
             .iter()
             .map(|&(i, p)| {
@@ -278,12 +283,18 @@ impl Run {
                 let one = chunks.get(usize::try_from(index - first).unwrap_or(usize::MAX));
                 let value = match one {
                     // Within one chunk: checked once for all its scanners,
-                    // and lent out of it.
+                    // and lent out of it if the run is dense.
                     Some(c) if from + len <= CHUNK as usize => {
-                        c.check_value(from, len, p.crc).then(|| Value::Lent {
-                            chunk: c.clone(),
-                            from,
-                            len,
+                        c.check_value(from, len, p.crc).then(|| {
+                            if lend {
+                                Value::Lent {
+                                    chunk: c.clone(),
+                                    from,
+                                    len,
+                                }
+                            } else {
+                                Value::Owned(c.bytes()[from..from + len].to_vec())
+                            }
                         })
                     }
                     _ => share::gather(chunks, first, p.offset, len)

@@ -26,7 +26,7 @@ use crate::version::segments::SegmentFile;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Bytes per chunk: a multiple of the direct-IO alignment, and the size of
 /// the largest run a scan reads (`prefetch::RUN_BYTES_MAX`).
@@ -169,6 +169,28 @@ impl Value {
 struct Cell {
     state: Mutex<Option<Option<ChunkBytes>>>,
     ready: Condvar,
+    /// Some thread is reading the chunk. A cell read ahead is inserted
+    /// unclaimed: its job waits in the worker pool's queue, and the first
+    /// scan to need it claims it and reads it itself instead of waiting
+    /// (the job, when it runs, finds it claimed and does nothing). So a
+    /// scan never waits for a read that no running thread is doing, even
+    /// when every worker is busy waiting.
+    claimed: AtomicBool,
+}
+
+impl Cell {
+    fn new(claimed: bool) -> Arc<Cell> {
+        Arc::new(Cell {
+            state: Mutex::new(None),
+            ready: Condvar::new(),
+            claimed: AtomicBool::new(claimed),
+        })
+    }
+
+    /// Claims the read of this cell; false if someone has.
+    fn claim(&self) -> bool {
+        !self.claimed.swap(true, Ordering::AcqRel)
+    }
 }
 
 struct Slot {
@@ -204,19 +226,20 @@ struct Map {
 pub struct Scan {
     id: u64,
     /// Set once the scan took a chunk: it must then leave on drop.
-    joined: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Scan {
-    pub fn joined(&self) -> bool {
-        self.joined.load(Ordering::Relaxed)
-    }
+    joined: Arc<AtomicBool>,
+    /// Set when it left: reads of its windows still in flight then no
+    /// longer put it back among the scanners.
+    left: Arc<AtomicBool>,
 }
 
 /// A scan that took no chunk for this many of the share's ticks (one per
 /// chunk asked for) no longer protects chunks: it paused or ended without
 /// leaving.
 const SCANNER_IDLE_TICKS: u64 = 4 * SHARE_CHUNKS as u64;
+/// A kept chunk no scan used for this many of the map's ticks (four or so
+/// per chunk and scan: a probe and a get for each run) is no longer kept
+/// for scans that lack it.
+const PROTECT_TICKS: u64 = 16 * SHARE_CHUNKS as u64;
 /// Chunks a long scan has read ahead of the run it took (`read_ahead`):
 /// with the run itself, about three 1 MiB requests in flight per stream.
 pub const READ_AHEAD: u64 = 2;
@@ -256,12 +279,17 @@ impl ChunkShare {
         Scan {
             id: self.scan_ids.fetch_add(1, Ordering::Relaxed) + 1,
             joined: Arc::default(),
+            left: Arc::default(),
         }
     }
 
     /// Forgets `scan` (its iterator is dropped): it protects no chunk.
     pub fn leave(&self, scan: &Scan) {
-        if scan.joined() {
+        // With `note_scanner`'s stores in the other order (both SeqCst):
+        // either it sees `left` and stays out, or this sees `joined` and
+        // removes it (after its insert, which holds the map lock).
+        scan.left.store(true, Ordering::SeqCst);
+        if scan.joined.load(Ordering::SeqCst) {
             self.map.lock().scanners.remove(&scan.id);
             self.taken.notify_all();
         }
@@ -312,6 +340,11 @@ impl ChunkShare {
                 // oldest anyway.
                 let late = std::time::Instant::now() >= deadline;
                 let victim = unneeded(&map).or_else(|| late.then(|| lru(&map)).flatten());
+                let behind_others = victim.is_none() && behind(&map, scan);
+                let victim = match victim {
+                    None if !behind_others => unneeded_by_others(&map, scan),
+                    v => v,
+                };
                 if let Some(victim) = victim {
                     if let Some(buffer) = evict(&mut map, victim) {
                         let mut spare = self.spare.lock();
@@ -325,7 +358,7 @@ impl ChunkShare {
                     // Every kept chunk is being read: grow by one.
                     break Some(self.insert(&mut map, key, scan));
                 }
-                if behind(&map, scan) {
+                if behind_others {
                     break None;
                 }
                 if !waited {
@@ -349,7 +382,7 @@ impl ChunkShare {
             policy.count(served);
             return Some(Arc::new(chunk));
         };
-        if !mine {
+        if !mine && !cell.claim() {
             let mut state = cell.state.lock();
             if state.is_none() {
                 self.waits.fetch_add(1, Ordering::Relaxed);
@@ -409,7 +442,7 @@ impl ChunkShare {
         view: &super::ReadView,
         scan: &Scan,
     ) {
-        let Ok(len) = seg.len() else {
+        let Ok(len) = seg.flushed_len() else {
             return;
         };
         let trend = match self.map.lock().scanners.get(&scan.id) {
@@ -444,10 +477,7 @@ impl ChunkShare {
                         }
                     }
                 }
-                let cell = Arc::new(Cell {
-                    state: Mutex::new(None),
-                    ready: Condvar::new(),
-                });
+                let cell = Cell::new(false);
                 let slot = Slot {
                     cell: cell.clone(),
                     used: map.tick,
@@ -459,7 +489,9 @@ impl ChunkShare {
             self.ahead_reads.fetch_add(1, Ordering::Relaxed);
             let (share, seg, policy) = (self.clone(), seg.clone(), view.policy.clone());
             view.workers.run(move || {
-                share.fill(&seg, key, &cell, how, &policy);
+                if cell.claim() {
+                    share.fill(&seg, key, &cell, how, &policy);
+                }
             });
         }
     }
@@ -467,10 +499,7 @@ impl ChunkShare {
     /// A new chunk being read by `scan`, kept under `key`.
     fn insert(&self, map: &mut Map, key: (u64, u64), scan: &Scan) -> (Arc<Cell>, bool) {
         note_scanner(map, key, scan);
-        let cell = Arc::new(Cell {
-            state: Mutex::new(None),
-            ready: Condvar::new(),
-        });
+        let cell = Cell::new(true);
         let slot = Slot {
             cell: cell.clone(),
             used: map.tick,
@@ -518,7 +547,12 @@ fn touch(map: &mut Map, key: (u64, u64), scan: &Scan) -> Option<Arc<Cell>> {
 /// Advances the tick and records that `scan` is at chunk `key`.
 fn note_scanner(map: &mut Map, key: (u64, u64), scan: &Scan) {
     map.tick += 1;
-    scan.joined.store(true, Ordering::Relaxed);
+    // A scan that left (its iterator dropped while a window was still
+    // loading) stays out; see `ChunkShare::leave`.
+    scan.joined.store(true, Ordering::SeqCst);
+    if scan.left.load(Ordering::SeqCst) {
+        return;
+    }
     let tick = map.tick;
     let trend = match map.scanners.get(&scan.id) {
         Some(s) if s.segment == key.0 => {
@@ -548,14 +582,45 @@ fn note_scanner(map: &mut Map, key: (u64, u64), scan: &Scan) {
 }
 
 /// Whether a scan that took chunks lately, near this one in its segment,
-/// has not taken it yet (it is likely on its way).
+/// has not taken it yet (it is likely on its way), and the chunk was used
+/// lately.
 fn needed(map: &Map, key: (u64, u64), slot: &Slot) -> bool {
+    needed_by_other(map, key, slot, None)
+}
+
+/// `needed`, counting only scans other than `except`. A scan lacks a
+/// chunk only if it may still reach it: a forward scan (positive trend)
+/// has passed every chunk below its position, a backward one every chunk
+/// above it.
+fn needed_by_other(map: &Map, key: (u64, u64), slot: &Slot, except: Option<u64>) -> bool {
+    // A chunk nobody used for long is not kept for anyone: a scan near it
+    // that has not taken it may never take it (its range skips it, or it
+    // was read ahead of a scan that stopped).
+    if map.tick - slot.used > PROTECT_TICKS {
+        return false;
+    }
     map.scanners.iter().any(|(id, s)| {
-        s.segment == key.0
+        let ahead_of_it = (s.trend > 0 && key.1 < s.index) || (s.trend < 0 && key.1 > s.index);
+        Some(*id) != except
+            && s.segment == key.0
             && s.index.abs_diff(key.1) <= SCANNER_REACH
+            && !ahead_of_it
             && map.tick - s.seen <= SCANNER_IDLE_TICKS
             && !slot.takers.contains(id)
     })
+}
+
+/// The least recently used kept chunk that is not being read and that no
+/// scan but `scan` still needs: what a scan drops rather than wait when
+/// only it lacks the kept chunks (waiting helps only if others do).
+fn unneeded_by_others(map: &Map, scan: &Scan) -> Option<(u64, u64)> {
+    map.slots
+        .iter()
+        .filter(|(k, s)| {
+            s.cell.state.lock().is_some() && !needed_by_other(map, **k, s, Some(scan.id))
+        })
+        .min_by_key(|(_, s)| s.used)
+        .map(|(k, _)| *k)
 }
 
 /// Whether some kept chunk near `scan` is one another scan took and it
@@ -656,18 +721,17 @@ mod tests {
         Arc::new(c)
     }
 
-    /// A map of ready chunks `indices` of segment 7, each used at its
-    /// index (lower: older) and taken by `takers(index)`.
+    /// A map of ready chunks `indices` of segment 7, each used at tick
+    /// 900 + its index (lower: older; the map is at tick 1000) and taken
+    /// by `takers(index)`.
     fn map_of(indices: std::ops::Range<u64>, takers: impl Fn(u64) -> Vec<u64>) -> Map {
         let mut map = Map::default();
         for i in indices {
-            let cell = Arc::new(Cell {
-                state: Mutex::new(Some(Some(chunk(1, 16)))),
-                ready: Condvar::new(),
-            });
+            let cell = Cell::new(true);
+            *cell.state.lock() = Some(Some(chunk(1, 16)));
             let slot = Slot {
                 cell,
-                used: i,
+                used: 900 + i,
                 takers: takers(i),
             };
             map.slots.insert((7, i), slot);
@@ -690,6 +754,7 @@ mod tests {
         Scan {
             id,
             joined: Arc::default(),
+            left: Arc::default(),
         }
     }
 
@@ -747,6 +812,71 @@ mod tests {
         assert!(!behind(&map, &scan(1)));
         // But they are kept for it: the oldest taken chunk goes first.
         assert_eq!(unneeded(&map), Some((7, 9)));
+    }
+
+    #[test]
+    fn a_chunk_read_ahead_is_read_by_whoever_claims_it_first() {
+        // Read ahead: its job waits in the pool's queue; a scan needing it
+        // claims it and reads it itself, and the job then does nothing.
+        let ahead = Cell::new(false);
+        assert!(ahead.claim(), "the scan claims the queued read");
+        assert!(!ahead.claim(), "the job finds it claimed");
+        // Inserted by a scan that reads it at once: others wait.
+        assert!(!Cell::new(true).claim());
+    }
+
+    #[test]
+    fn a_scan_that_left_is_not_brought_back_by_its_late_reads() {
+        let share = ChunkShare::default();
+        let (gone, here) = (share.scan(), share.scan());
+        note_scanner(&mut share.map.lock(), (7, 1), &gone);
+        share.leave(&gone);
+        assert!(share.map.lock().scanners.is_empty());
+        // A window of the dropped iterator still loading takes a chunk.
+        note_scanner(&mut share.map.lock(), (7, 2), &gone);
+        note_scanner(&mut share.map.lock(), (7, 2), &here);
+        let map = share.map.lock();
+        assert_eq!(map.scanners.keys().copied().collect::<Vec<_>>(), [here.id]);
+    }
+
+    #[test]
+    fn a_chunk_unused_for_long_is_not_kept_for_a_scan_that_lacks_it() {
+        let mut map = map_of(9..41, |_| vec![1]);
+        at(&mut map, 1, 7, 40, 1000);
+        at(&mut map, 2, 7, 8, 999);
+        assert_eq!(unneeded(&map), None, "scan 2 lacks them all");
+        // Much later, with no use of them in between (scan 2 never takes
+        // them: its range skips them).
+        map.tick += PROTECT_TICKS;
+        let now = map.tick;
+        at(&mut map, 2, 7, 8, now);
+        assert_eq!(unneeded(&map), Some((7, 9)));
+    }
+
+    #[test]
+    fn a_scan_past_a_chunk_or_alone_keeps_nothing() {
+        // Chunks 9..41 taken by scan 1 only; scan 2 moves forward at 30:
+        // it has passed 9..30 (its range skipped them), it may still take
+        // 30..41.
+        let mut map = map_of(9..41, |_| vec![1]);
+        at(&mut map, 1, 7, 40, 1000);
+        at(&mut map, 2, 7, 30, 1000);
+        assert_eq!(unneeded(&map), Some((7, 9)));
+        map.scanners.get_mut(&2).expect("scan 2").trend = -1;
+        assert_eq!(unneeded(&map), Some((7, 31)), "backward, it passed 31..41");
+        // A lone scan lacking its own chunks (read ahead, never taken):
+        // no other scan needs them, so it drops one instead of waiting.
+        let mut map = map_of(9..41, |_| Vec::new());
+        at(&mut map, 1, 7, 8, 1000);
+        assert_eq!(unneeded(&map), None);
+        assert!(!behind(&map, &scan(1)));
+        assert_eq!(unneeded_by_others(&map, &scan(1)), Some((7, 9)));
+        at(&mut map, 2, 7, 8, 1000);
+        assert_eq!(
+            unneeded_by_others(&map, &scan(1)),
+            None,
+            "scan 2 lacks them"
+        );
     }
 
     #[test]

@@ -160,8 +160,8 @@ impl SegmentFile {
         let len = chunk.bytes().len();
         if how == How::CachedElseDirect {
             let reader = self.handle(&self.reader, false)?;
-            let upto =
-                usize::try_from(reader.len().saturating_sub(offset)).map_or(len, |n| n.min(len));
+            let upto = usize::try_from(self.flushed_len()?.saturating_sub(offset))
+                .map_or(len, |n| n.min(len));
             if upto > 0 && reader.read_cached(&mut chunk.bytes_mut()[..upto], offset)? {
                 chunk.truncate(upto);
                 return Ok((chunk, Served::Cached));
@@ -188,9 +188,12 @@ impl SegmentFile {
         Ok((chunk, Served::Direct))
     }
 
-    /// The file's length in bytes (opened for reading on first use).
-    pub fn len(&self) -> io::Result<u64> {
-        Ok(self.handle(&self.reader, false)?.len())
+    /// The length of a flushed segment's file, in bytes: from the handle
+    /// for direct reads, which is opened only for flushed segments (the
+    /// buffered handle may have been opened while the journal was still
+    /// written to, and a handle's length is taken at open).
+    pub fn flushed_len(&self) -> io::Result<u64> {
+        Ok(self.handle(&self.direct, true)?.len())
     }
 
     /// The value `ptr` names if the page cache holds all of it and it
