@@ -131,7 +131,7 @@ struct Cachestat {
 /// `cachestat`'s number (Linux 6.5) where it is 451, the common table's
 /// number (x86, Arm, RISC-V, LoongArch, PowerPC, s390); elsewhere (Alpha,
 /// MIPS) the page cache is not asked and nothing counts as cached.
-#[cfg(any(
+const SYS_CACHESTAT: Option<libc::c_long> = if cfg!(any(
     target_arch = "x86_64",
     target_arch = "x86",
     target_arch = "aarch64",
@@ -140,19 +140,11 @@ struct Cachestat {
     target_arch = "loongarch64",
     target_arch = "powerpc64",
     target_arch = "s390x"
-))]
-const SYS_CACHESTAT: Option<libc::c_long> = Some(451);
-#[cfg(not(any(
-    target_arch = "x86_64",
-    target_arch = "x86",
-    target_arch = "aarch64",
-    target_arch = "arm",
-    target_arch = "riscv64",
-    target_arch = "loongarch64",
-    target_arch = "powerpc64",
-    target_arch = "s390x"
-)))]
-const SYS_CACHESTAT: Option<libc::c_long> = None;
+)) {
+    Some(451)
+} else {
+    None
+};
 
 /// Cleared once the kernel answers that it has no `cachestat`, or that
 /// this process may not use it.
