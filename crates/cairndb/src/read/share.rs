@@ -346,12 +346,7 @@ impl ChunkShare {
                     v => v,
                 };
                 if let Some(victim) = victim {
-                    if let Some(buffer) = evict(&mut map, victim) {
-                        let mut spare = self.spare.lock();
-                        if spare.len() < SPARE_MAX {
-                            spare.push(buffer);
-                        }
-                    }
+                    self.drop_chunk(&mut map, victim);
                     break Some(self.insert(&mut map, key, scan));
                 }
                 if lru(&map).is_none() {
@@ -371,14 +366,7 @@ impl ChunkShare {
         let Some((cell, mine)) = cell_mine else {
             // Read for this scan alone, not kept.
             self.reads.fetch_add(1, Ordering::Relaxed);
-            let buffer = self
-                .spare
-                .lock()
-                .pop()
-                .and_then(|c| c.reuse(CHUNK as usize));
-            let buffer =
-                buffer.unwrap_or_else(|| Chunk::zeroed(CHUNK as usize, crate::io::DIRECT_ALIGN));
-            let (chunk, served) = seg.read_chunk(buffer, index * CHUNK, how).ok()?;
+            let (chunk, served) = seg.read_chunk(self.buffer(), index * CHUNK, how).ok()?;
             policy.count(served);
             return Some(Arc::new(chunk));
         };
@@ -415,10 +403,7 @@ impl ChunkShare {
             bytes: None,
         };
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let len = CHUNK as usize;
-        let buffer = self.spare.lock().pop().and_then(|c| c.reuse(len));
-        let buffer = buffer.unwrap_or_else(|| Chunk::zeroed(len, crate::io::DIRECT_ALIGN));
-        let bytes = seg.read_chunk(buffer, key.1 * CHUNK, how).ok();
+        let bytes = seg.read_chunk(self.buffer(), key.1 * CHUNK, how).ok();
         publish.bytes = bytes.map(|(chunk, served)| {
             policy.count(served);
             Arc::new(chunk)
@@ -470,12 +455,7 @@ impl ChunkShare {
                     let Some(victim) = unneeded(&map) else {
                         break;
                     };
-                    if let Some(buffer) = evict(&mut map, victim) {
-                        let mut spare = self.spare.lock();
-                        if spare.len() < SPARE_MAX {
-                            spare.push(buffer);
-                        }
-                    }
+                    self.drop_chunk(&mut map, victim);
                 }
                 let cell = Cell::new(false);
                 let slot = Slot {
@@ -493,6 +473,24 @@ impl ChunkShare {
                     share.fill(&seg, key, &cell, how, &policy);
                 }
             });
+        }
+    }
+
+    /// A buffer for one chunk read: a spare one, else a new one.
+    fn buffer(&self) -> Chunk {
+        let len = CHUNK as usize;
+        let spare = self.spare.lock().pop().and_then(|c| c.reuse(len));
+        spare.unwrap_or_else(|| Chunk::zeroed(len, crate::io::DIRECT_ALIGN))
+    }
+
+    /// Drops kept chunk `victim` (under the map lock), keeping its buffer
+    /// as a spare if no scan holds the chunk any more and room is left.
+    fn drop_chunk(&self, map: &mut Map, victim: (u64, u64)) {
+        if let Some(buffer) = evict(map, victim) {
+            let mut spare = self.spare.lock();
+            if spare.len() < SPARE_MAX {
+                spare.push(buffer);
+            }
         }
     }
 
