@@ -109,6 +109,8 @@ pub(crate) struct Counters {
     /// Background syncs of journals started (`write::PRESYNC_BYTES`).
     pub presyncs: AtomicU64,
     pub value_bytes_moved: AtomicU64,
+    /// Settling steps run while idle (`compaction::settle_step`).
+    pub settle_steps: AtomicU64,
     /// Bytes appended to journals since open.
     pub journal_bytes: AtomicU64,
     /// Groups committed, and the batches in them (`Stats::write_groups`).
@@ -127,6 +129,9 @@ pub(crate) struct Inner {
     pub manifest: Mutex<Manifest>,
     pub compaction_lock: Mutex<()>,
     pub bg: Mutex<Bg>,
+    /// Set once close begins (with `Bg::shutdown`), read without the lock
+    /// by long background work that should stop early (settling).
+    pub closing: std::sync::atomic::AtomicBool,
     pub bg_cv: Condvar,
     pub last_seqno: AtomicU64,
     pub next_file: AtomicU64,
@@ -261,6 +266,7 @@ impl Inner {
         {
             let mut bg = self.bg.lock();
             bg.shutdown = true;
+            self.closing.store(true, Ordering::Relaxed);
             self.bg_cv.notify_all();
         }
         // Sync unless the journal itself failed: a background failure
@@ -541,6 +547,8 @@ impl Db {
                 .sum(),
             value_segments: view.version.segments.len(),
             value_bytes_live: view.version.value_bytes_live(),
+            value_bytes_unsettled: view.version.value_bytes_unsettled(),
+            settle_steps: inner.counters.settle_steps.load(Ordering::Relaxed),
         }
     }
 
@@ -627,6 +635,13 @@ pub struct Stats {
     /// them, and the bytes of those values still pointed to.
     pub value_segments: usize,
     pub value_bytes_live: u64,
+    /// Of `value_bytes_live`, the bytes still in journals, in write order:
+    /// what settling (`Options::settle_after_idle`, `Db::compact`) has
+    /// yet to move into key order.
+    pub value_bytes_unsettled: u64,
+    /// Settling steps the background thread started while the database
+    /// was idle, since open.
+    pub settle_steps: u64,
 }
 
 /// A consistent read-only view of the database at one instant. Owned and

@@ -95,6 +95,17 @@ pub struct Options {
     /// compactions instead of in bursts. `0.0` leaves only
     /// `value_gc_bytes_per_compaction`. Default 1.0.
     pub value_gc_pace: f64,
+    /// Settle values while the database is idle: once no write and no
+    /// read of a separated value has been seen for this long, the
+    /// background thread moves values still in journals (write order)
+    /// into values files in key order, one table's worth at a time, so
+    /// scans read them in large sequential runs and a 4 KiB value takes
+    /// one page (docs/architecture.md §Settling). It stops moving at the
+    /// first write or value read and resumes after the next idle period.
+    /// Each value settles once: one more write of it. `None`: only
+    /// `Db::compact` settles. Needs `background_compaction`; nothing
+    /// moves under the null policy. Default 5 s.
+    pub settle_after_idle: Option<std::time::Duration>,
     /// How flushed separated values are read (point reads and scans);
     /// see [`ValueReads`]. Default [`ValueReads::Auto`].
     pub value_reads: ValueReads,
@@ -197,6 +208,7 @@ impl Options {
             value_gc_live_ratio: 0.5,
             value_gc_bytes_per_compaction: 64 << 20,
             value_gc_pace: 1.0,
+            settle_after_idle: Some(std::time::Duration::from_secs(5)),
             value_reads: ValueReads::Auto,
             journal_prewrite: true,
             journal_direct: false,

@@ -721,32 +721,219 @@ fn a_full_compaction_settles_values_in_key_order() {
             values.len(),
             "only values files hold values"
         );
-        // The large values in file order: each on a page boundary, keys
-        // ascending across the files.
-        let mut seen = Vec::new();
-        for name in &values {
-            let bytes = common::snapshot(&fs, dir())[name].clone();
-            assert_eq!(bytes.len() % BIG, 0, "{name}: {} bytes", bytes.len());
-            for page in bytes.chunks(BIG) {
-                let head = String::from_utf8_lossy(&page[..12]).to_string();
-                let i: usize = head
-                    .split('/')
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or_else(|| panic!("{name}: page starts {head:?}"));
-                assert_eq!(page, &value(i, 0, BIG)[..], "{name}: value of key {i}");
-                seen.push(i);
-            }
-        }
-        let large: Vec<usize> = (0..N).filter(|&i| len_of(i) == BIG).collect();
-        assert_eq!(
-            seen, large,
-            "values files hold every large value once, in key order"
-        );
+        assert_settled_in_key_order(&fs, &values);
         db.close().expect("close");
         let db = Db::open(dir(), o).expect("reopen");
         assert_eq!(scan(&db).expect("scan after reopen"), want);
     }
+}
+
+/// Checks that the values files `values` hold every large value once, in
+/// key order across the files, each on a page boundary.
+fn assert_settled_in_key_order(fs: &MemFs, values: &[String]) {
+    let mut seen = Vec::new();
+    for name in values {
+        let bytes = common::snapshot(fs, dir())[name].clone();
+        assert_eq!(bytes.len() % BIG, 0, "{name}: {} bytes", bytes.len());
+        for page in bytes.chunks(BIG) {
+            let head = String::from_utf8_lossy(&page[..12]).to_string();
+            let i: usize = head
+                .split('/')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: page starts {head:?}"));
+            assert_eq!(page, &value(i, 0, BIG)[..], "{name}: value of key {i}");
+            seen.push(i);
+        }
+    }
+    let large: Vec<usize> = (0..N).filter(|&i| len_of(i) == BIG).collect();
+    assert_eq!(
+        seen, large,
+        "values files hold every large value once, in key order"
+    );
+}
+
+/// Polls `db` until `done` holds of its stats, for at most `secs`.
+fn wait_for(db: &Db, secs: u64, done: impl Fn(&cairndb::Stats) -> bool) -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < until {
+        if done(&db.stats()) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    done(&db.stats())
+}
+
+/// With `settle_after_idle`, the background thread settles values left in
+/// journals once the database is idle, as a full compaction would: no
+/// `Db::compact` call. Without it, nothing moves however long the
+/// database idles.
+#[test]
+fn an_idle_database_settles_its_values_in_key_order() {
+    for idle in [None, Some(std::time::Duration::from_millis(100))] {
+        let fs = MemFs::new();
+        let o = Options {
+            journal_bytes: 64 << 10,
+            background_compaction: true,
+            settle_after_idle: idle,
+            ..opts(&fs, 1024)
+        };
+        let db = Db::open(dir(), o.clone()).expect("open");
+        for i in (0..N).rev().step_by(2).chain((0..N).step_by(2)) {
+            db.put(key(i), value(i, 0, len_of(i))).expect("put");
+        }
+        db.flush().expect("flush");
+        let want = expected(0);
+        let unsettled = (N / 2 * BIG) as u64;
+        assert_eq!(db.stats().value_bytes_unsettled, unsettled);
+        if idle.is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            let stats = db.stats();
+            assert_eq!(stats.value_bytes_unsettled, unsettled, "settled unasked");
+            assert_eq!((stats.value_bytes_moved, stats.settle_steps), (0, 0));
+            continue;
+        }
+        assert!(
+            wait_for(&db, 30, |s| s.value_bytes_unsettled == 0),
+            "still unsettled: {:?}",
+            db.stats()
+        );
+        let stats = db.stats();
+        assert!(stats.settle_steps >= 1, "{stats:?}");
+        assert_eq!(stats.value_bytes_moved, unsettled);
+        assert_eq!(stats.tables_per_level[0], 0, "level 0 merged down");
+        assert_eq!(scan(&db).expect("scan"), want);
+        let values = files_with(&fs, dir(), ".values");
+        assert_eq!(
+            stats.value_segments,
+            values.len(),
+            "only values files hold values"
+        );
+        assert_settled_in_key_order(&fs, &values);
+        db.close().expect("close");
+        let db = Db::open(dir(), o).expect("reopen");
+        assert_eq!(scan(&db).expect("scan after reopen"), want);
+    }
+}
+
+/// With level 0 empty, settling takes the deeper tables that still point
+/// into journals one at a time and rewrites each into its own level: one
+/// step per table, the level stays sorted and disjoint, and the values
+/// files again hold every value once, in key order.
+#[test]
+fn settling_rewrites_deeper_tables_in_place() {
+    let fs = MemFs::new();
+    let o = Options {
+        journal_bytes: 64 << 10,
+        table_bytes: 1024,
+        l0_compaction_trigger: 1,
+        background_compaction: true,
+        settle_after_idle: None,
+        ..opts(&fs, 1024)
+    };
+    // Loaded without settling: background compactions move the tables
+    // to level 1 and leave the values in the journals.
+    let db = Db::open(dir(), o.clone()).expect("open");
+    for i in (0..N).rev().step_by(2).chain((0..N).step_by(2)) {
+        db.put(key(i), value(i, 0, len_of(i))).expect("put");
+    }
+    db.flush().expect("flush");
+    assert!(
+        wait_for(&db, 30, |s| s.tables_per_level[0] == 0),
+        "level 0 never emptied: {:?}",
+        db.stats()
+    );
+    db.close().expect("close");
+    let o = Options {
+        settle_after_idle: Some(std::time::Duration::from_millis(100)),
+        ..o
+    };
+    let db = Db::open(dir(), o).expect("reopen");
+    let before = db.stats();
+    let tables = before.tables_per_level[1];
+    assert!(tables >= 3, "want several level-1 tables: {before:?}");
+    assert_eq!(before.value_bytes_unsettled, (N / 2 * BIG) as u64);
+    assert!(
+        wait_for(&db, 30, |s| s.value_bytes_unsettled == 0),
+        "still unsettled: {:?}",
+        db.stats()
+    );
+    let after = db.stats();
+    assert_eq!(after.tables_per_level[0], 0, "{after:?}");
+    assert!(
+        after.settle_steps >= 2,
+        "one step per table that pointed into a journal: {after:?}"
+    );
+    assert_eq!(after.value_bytes_moved, (N / 2 * BIG) as u64);
+    assert_eq!(scan(&db).expect("scan"), expected(0));
+    check_reads(&db, 0, "settled in place");
+    assert_settled_in_key_order(&fs, &files_with(&fs, dir(), ".values"));
+}
+
+/// Settling waits while writes or reads of separated values go on, and
+/// starts once they stop for `settle_after_idle`.
+#[test]
+fn settling_waits_while_the_database_is_busy() {
+    let fs = MemFs::new();
+    let idle = std::time::Duration::from_millis(600);
+    let o = Options {
+        journal_bytes: 64 << 10,
+        background_compaction: true,
+        settle_after_idle: Some(idle),
+        ..opts(&fs, 1024)
+    };
+    let db = Db::open(dir(), o).expect("open");
+    write_all(&db, 0);
+    db.flush().expect("flush");
+    let busy = |work: &dyn Fn(usize)| {
+        let until = std::time::Instant::now() + 3 * idle;
+        let mut i = 0;
+        while std::time::Instant::now() < until {
+            work(i);
+            i += 1;
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    // Writes of new keys (no value becomes dead, so value GC has nothing
+    // to move either), flushed now and then.
+    busy(&|i| {
+        db.put(format!("w{i:05}"), vec![b'w'; BIG]).expect("put");
+        if i % 20 == 0 {
+            db.flush().expect("flush");
+        }
+    });
+    let stats = db.stats();
+    assert_eq!(
+        (stats.settle_steps, stats.value_bytes_moved),
+        (0, 0),
+        "settled during writes"
+    );
+    // Reads of separated values.
+    db.flush().expect("flush");
+    busy(&|i| {
+        let k = key(2 * (i % (N / 2)));
+        assert!(db.get(&k).expect("get").is_some());
+    });
+    let stats = db.stats();
+    assert_eq!(
+        (stats.settle_steps, stats.value_bytes_moved),
+        (0, 0),
+        "settled during reads"
+    );
+    assert!(stats.value_bytes_unsettled > 0);
+    assert!(
+        wait_for(&db, 30, |s| s.value_bytes_unsettled == 0),
+        "never settled once idle: {:?}",
+        db.stats()
+    );
+    let settled: Vec<_> = db
+        .range(key(0)..key(N))
+        .collect::<cairndb::Result<_>>()
+        .expect("scan");
+    assert!(settled == expected(0), "the settled range reads back");
+    let written = db.prefix("w").count();
+    assert!(written > 100, "{written} keys written while busy");
 }
 
 /// Background compactions move at most `value_gc_bytes_per_compaction`

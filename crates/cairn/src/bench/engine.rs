@@ -105,6 +105,14 @@ pub trait Engine: Send + Sync {
     fn compact(&self) -> BenchResult<bool> {
         Ok(false)
     }
+    /// Waits, at most `limit`, until the engine's own background work has
+    /// settled every value (CairnDB: `Stats::value_bytes_unsettled` is 0,
+    /// reached by settling while idle). `None` if the engine has no such
+    /// work, else whether it finished in time.
+    fn wait_settled(&self, limit: std::time::Duration) -> BenchResult<Option<bool>> {
+        let _ = limit;
+        Ok(None)
+    }
 }
 
 /// CairnDB variants, each an engine of its own in `--engines`:
@@ -257,6 +265,8 @@ pub fn visit<K: AsRef<[u8]>, V: AsRef<[u8]>, E: Into<BenchError>>(
 pub struct CairnEngine {
     db: cairndb::Db,
     name: &'static str,
+    /// Whether the database settles values while idle.
+    settles_when_idle: bool,
 }
 
 impl CairnEngine {
@@ -266,6 +276,9 @@ impl CairnEngine {
         let opts = cairn_options(name, cfg, separation_override()?)
             .ok_or_else(|| format!("{name} is not a CairnDB variant"))?;
         Ok(CairnEngine {
+            settles_when_idle: opts.settle_after_idle.is_some()
+                && opts.background_compaction
+                && opts.value_gc_live_ratio > 0.0,
             db: cairndb::Db::open(dir, opts)?,
             name,
         })
@@ -326,6 +339,31 @@ impl Engine for CairnEngine {
     fn compact(&self) -> BenchResult<bool> {
         self.db.compact()?;
         Ok(true)
+    }
+    fn wait_settled(&self, limit: std::time::Duration) -> BenchResult<Option<bool>> {
+        if !self.settles_when_idle {
+            return Ok(None);
+        }
+        let until = std::time::Instant::now() + limit;
+        // Stats are read, not values: the database stays idle.
+        while self.db.stats().value_bytes_unsettled > 0 {
+            if std::time::Instant::now() >= until {
+                return Ok(Some(false));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        // The last step's obsolete files are deleted after its version is
+        // installed: wait until the directory stops shrinking.
+        let mut bytes = crate::bench::monitor::dir_bytes(self.db.path());
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let now = crate::bench::monitor::dir_bytes(self.db.path());
+            if now == bytes || std::time::Instant::now() >= until {
+                break;
+            }
+            bytes = now;
+        }
+        Ok(Some(true))
     }
     fn write_groups(&self) -> Option<(u64, u64)> {
         let s = self.db.stats();

@@ -176,6 +176,13 @@ pub struct BenchArgs {
     /// default suite.
     #[arg(long)]
     pub mem_cap_mib: Option<u64>,
+    /// contest: how the settle phase settles: `compact` calls the
+    /// engine's full compaction; `idle` leaves the engine idle and waits
+    /// until its own background work has settled every value (CairnDB's
+    /// `Options::settle_after_idle`; engines without it keep the
+    /// compaction call).
+    #[arg(long, value_enum, default_value_t = workloads::contest::Settle::Compact)]
+    pub contest_settle: workloads::contest::Settle,
     /// Cache budget given to every engine, in MiB.
     #[arg(long, default_value_t = 64)]
     pub cache_mib: usize,
@@ -398,6 +405,7 @@ pub fn run(mut args: BenchArgs) -> BenchResult<()> {
                         value_len: workloads::contest::VALUE_LEN,
                         mem_cap: mem_cap_mib << 20,
                         seed: args.seed,
+                        settle: args.contest_settle,
                     },
                     &device,
                 ),

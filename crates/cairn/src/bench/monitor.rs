@@ -266,7 +266,7 @@ fn ticks_per_sec() -> f64 {
 }
 
 /// Bytes (read, written) of `disk` so far, from /proc/diskstats.
-fn disk_bytes(disk: Option<&str>) -> (u64, u64) {
+pub fn disk_bytes(disk: Option<&str>) -> (u64, u64) {
     let Some(disk) = disk else { return (0, 0) };
     let Ok(stats) = std::fs::read_to_string("/proc/diskstats") else {
         return (0, 0);

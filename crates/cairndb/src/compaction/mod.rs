@@ -16,6 +16,14 @@
 //!
 //! Only one compaction runs at a time (`compaction_lock`), in the
 //! background thread or in `Db::compact`.
+//!
+//! Settling while idle: once no write and no value read has been seen for
+//! `Options::settle_after_idle`, the background thread settles values
+//! still in journals, one step at a time (`settle_step`): level 0 merges
+//! into level 1, or one deeper table whose pointers still name a journal
+//! is rewritten in place, its values moved into values files in key
+//! order. A step stops moving values at the first sign of foreground
+//! work and finishes by copying the rest of its keys.
 
 use crate::db::Inner;
 use crate::error::{Error, Result};
@@ -30,8 +38,9 @@ use crate::read::cursor::{Cursor, Dir, MergeCursor, table_cursor};
 use crate::sync;
 use crate::version::segments::SegmentFile;
 use crate::version::{TableFile, Version, files};
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Tables chosen for one compaction.
 struct Compaction {
@@ -124,14 +133,22 @@ fn gc_allowance(opts: &crate::Options, appended: u64) -> u64 {
     opts.value_gc_bytes_per_compaction.max(paced)
 }
 
-/// The compaction thread: compacts while some level is over its target.
+/// What the compaction thread does next.
+enum Work {
+    Compact,
+    Settle,
+}
+
+/// The compaction thread: compacts while some level is over its target,
+/// and settles values while the database is idle.
 pub(crate) fn run(inner: &Inner) {
     let mut pointer: [Vec<u8>; LEVELS] = Default::default();
     let mut backoff = flush::RETRY_MIN;
     // Journal bytes appended when the compaction before began.
     let mut appended_before = inner.counters.journal_bytes.load(Ordering::Relaxed);
+    let mut idle = Idle::new(inner);
     loop {
-        {
+        let work = {
             let mut bg = inner.bg.lock();
             loop {
                 if bg.shutdown {
@@ -140,20 +157,28 @@ pub(crate) fn run(inner: &Inner) {
                 if bg.error.is_none() {
                     let v = inner.state.read().version.clone();
                     if scores(&v, &inner.opts).iter().any(|s| *s >= 1.0) {
-                        break;
+                        break Work::Compact;
+                    }
+                    if idle.due(inner, &v) {
+                        break Work::Settle;
                     }
                 }
                 inner.bg_cv.wait_for(&mut bg, Duration::from_millis(200));
             }
-        }
+        };
         let guard = inner.compaction_lock.lock();
         let v = inner.state.read().version.clone();
-        let appended = inner.counters.journal_bytes.load(Ordering::Relaxed);
-        let allowance = gc_allowance(&inner.opts, appended - appended_before);
-        appended_before = appended;
-        let result = match pick(&v, &inner.opts, &mut pointer) {
-            Some(c) => compact(inner, &v, c, allowance),
-            None => Ok(()),
+        let result = match work {
+            Work::Compact => {
+                let appended = inner.counters.journal_bytes.load(Ordering::Relaxed);
+                let allowance = gc_allowance(&inner.opts, appended - appended_before);
+                appended_before = appended;
+                match pick(&v, &inner.opts, &mut pointer) {
+                    Some(c) => compact(inner, &v, c, Moving::Paced(allowance)),
+                    None => Ok(()),
+                }
+            }
+            Work::Settle => settle_step(inner, &v, &mut idle),
         };
         drop(guard);
         match result {
@@ -172,11 +197,205 @@ pub(crate) fn run(inner: &Inner) {
     }
 }
 
-/// Runs compaction `c`, moving at most `gc_allowance` value bytes.
-fn compact(inner: &Inner, v: &Version, c: Compaction, gc_allowance: u64) -> Result<()> {
-    let out_level = c.level + 1;
+/// Foreground work seen so far: journal bytes appended and separated
+/// values read. Gets and scans served from tables and memtables alone
+/// are not counted; they do not use the device the way settling does.
+fn activity(inner: &Inner) -> u64 {
+    let (cached, direct, buffered) = inner.policy.counts();
+    inner.counters.journal_bytes.load(Ordering::Relaxed) + cached + direct + buffered
+}
+
+/// When the database went idle, and which tables are known to need no
+/// settling (kept by number: a table never changes).
+struct Idle {
+    seen: u64,
+    since: Instant,
+    settled: HashSet<u64>,
+}
+
+impl Idle {
+    fn new(inner: &Inner) -> Self {
+        Idle {
+            seen: activity(inner),
+            since: Instant::now(),
+            settled: HashSet::new(),
+        }
+    }
+
+    /// True if the database has been idle for `settle_after_idle` and
+    /// values tables point to still lie in journals.
+    fn due(&mut self, inner: &Inner, v: &Version) -> bool {
+        let Some(after) = inner.opts.settle_after_idle else {
+            return false;
+        };
+        let now = activity(inner);
+        if now != self.seen {
+            self.seen = now;
+            self.since = Instant::now();
+            return false;
+        }
+        self.since.elapsed() >= after
+            && inner.opts.value_gc_live_ratio > 0.0
+            && v.value_bytes_unsettled() > 0
+    }
+
+    /// After a step: tables no longer in `v` are forgotten. A step that
+    /// found nothing to settle, or was cut short, waits for a new idle
+    /// period; after one that settled what it took on, the next starts at
+    /// once (foreground work since then is seen by `due`).
+    fn after_step(&mut self, v: &Version, ran_through: bool) {
+        if !ran_through {
+            self.since = Instant::now();
+        }
+        let live: HashSet<u64> = v.levels.iter().flatten().map(|f| f.number).collect();
+        self.settled.retain(|n| live.contains(n));
+    }
+}
+
+/// One step of settling while idle: level 0 merged into level 1, else the
+/// first deeper table still pointing into a journal rewritten in place.
+/// Values move only while no foreground work is seen (`Quiet`).
+fn settle_step(inner: &Inner, v: &Version, idle: &mut Idle) -> Result<()> {
+    let quiet = Quiet::new(inner);
+    let result = settle_one(inner, v, idle, &quiet);
+    let ran_through = matches!(result, Ok(true)) && quiet.holds();
+    let after = inner.state.read().version.clone();
+    idle.after_step(&after, ran_through);
+    result.map(|_| ())
+}
+
+/// `settle_step`'s work; true if it found something to settle.
+fn settle_one(inner: &Inner, v: &Version, idle: &mut Idle, quiet: &Quiet) -> Result<bool> {
+    if let Some((lo, hi)) = user_range(&v.levels[0]) {
+        let c = Compaction {
+            level: 0,
+            inputs: v.levels[0].clone(),
+            below: v.overlapping(1, &lo, &hi),
+        };
+        inner.counters.settle_steps.fetch_add(1, Ordering::Relaxed);
+        return compact(inner, v, c, Moving::WhileQuiet(quiet)).map(|()| true);
+    }
+    for (level, files) in v.levels.iter().enumerate().skip(1) {
+        for f in files {
+            if idle.settled.contains(&f.number) {
+                continue;
+            }
+            match points_into_journal(inner, v, f, quiet)? {
+                Some(false) => {
+                    idle.settled.insert(f.number);
+                }
+                Some(true) => {
+                    let c = Compaction {
+                        level,
+                        inputs: vec![f.clone()],
+                        below: Vec::new(),
+                    };
+                    inner.counters.settle_steps.fetch_add(1, Ordering::Relaxed);
+                    return compact(inner, v, c, Moving::WhileQuiet(quiet)).map(|()| true);
+                }
+                // Foreground work began: check again when idle.
+                None => return Ok(false),
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Whether table `f` holds a pointer into a journal; `None` if foreground
+/// work began before the answer was known.
+fn points_into_journal(
+    inner: &Inner,
+    v: &Version,
+    f: &sync::Arc<TableFile>,
+    quiet: &Quiet,
+) -> Result<Option<bool>> {
+    let table = inner.tables.get(f)?;
+    let mut cursor = table_cursor(&table, Dir::Forward, None);
+    let mut seen = 0u64;
+    while cursor.advance()? {
+        seen += 1;
+        if seen.is_multiple_of(4096) && !quiet.holds() {
+            return Ok(None);
+        }
+        let Some((_, tag)) = key::split(cursor.key()) else {
+            continue;
+        };
+        if key::tag_kind(tag) != Kind::Pointer as u8 {
+            continue;
+        }
+        let in_journal = ValuePtr::decode(cursor.value())
+            .and_then(|p| v.segments.get(&p.segment))
+            .is_some_and(|s| s.file.is_journal());
+        if in_journal {
+            return Ok(Some(true));
+        }
+    }
+    Ok(Some(false))
+}
+
+/// True while no foreground work has been seen since it was made and the
+/// database is not closing; once false, false for good.
+struct Quiet<'a> {
+    inner: &'a Inner,
+    at: u64,
+    broken: std::cell::Cell<bool>,
+}
+
+impl<'a> Quiet<'a> {
+    fn new(inner: &'a Inner) -> Self {
+        Quiet {
+            inner,
+            at: activity(inner),
+            broken: std::cell::Cell::new(false),
+        }
+    }
+
+    fn holds(&self) -> bool {
+        if !self.broken.get()
+            && (activity(self.inner) != self.at || self.inner.closing.load(Ordering::Relaxed))
+        {
+            self.broken.set(true);
+        }
+        !self.broken.get()
+    }
+}
+
+/// How much a merge may move values (value GC and settling).
+#[derive(Clone, Copy)]
+enum Moving<'a> {
+    /// A background compaction: value GC moves at most this many bytes;
+    /// nothing settles.
+    Paced(u64),
+    /// A full compaction (`Db::compact`): every value in a journal
+    /// settles, and value GC is not bounded.
+    All,
+    /// A settling step: as `All` while the database stays quiet, then
+    /// nothing more moves.
+    WhileQuiet(&'a Quiet<'a>),
+}
+
+impl Moving<'_> {
+    fn settles(self) -> bool {
+        !matches!(self, Moving::Paced(_))
+    }
+
+    /// May a value move, after `moved` bytes have?
+    fn may_move(self, moved: u64) -> bool {
+        match self {
+            Moving::Paced(allowance) => moved < allowance,
+            Moving::All => true,
+            Moving::WhileQuiet(q) => q.holds(),
+        }
+    }
+}
+
+/// Runs compaction `c` into the next level, or, for a settling step of
+/// one table below level 0, into its own level.
+fn compact(inner: &Inner, v: &Version, c: Compaction, moving: Moving) -> Result<()> {
+    let in_place = c.level > 0 && moving.settles();
+    let out_level = if in_place { c.level } else { c.level + 1 };
     let mut edit = Edit::default();
-    if c.below.is_empty() && c.inputs.len() == 1 {
+    if c.below.is_empty() && c.inputs.len() == 1 && !moving.settles() {
         let f = &c.inputs[0];
         edit.removed.push((c.level, f.number));
         edit.added.push(f.record(out_level));
@@ -186,7 +405,10 @@ fn compact(inner: &Inner, v: &Version, c: Compaction, gc_allowance: u64) -> Resu
         edit.removed
             .extend(c.below.iter().map(|f| (out_level, f.number)));
         let all: Vec<_> = c.inputs.iter().chain(&c.below).cloned().collect();
-        merge(inner, v, &all, out_level, Some(gc_allowance))?.into_edit(&mut edit);
+        match merge(inner, v, &all, out_level, moving)? {
+            Some(merged) => merged.into_edit(&mut edit),
+            None => return Ok(()),
+        }
     }
     inner.log_and_apply(edit, |_| {})?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
@@ -212,7 +434,14 @@ pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
         edit.removed.extend(files.iter().map(|f| (level, f.number)));
         all.extend(files.iter().cloned());
     }
-    merge(inner, &v, &all, target, None)?.into_edit(&mut edit);
+    match merge(inner, &v, &all, target, Moving::All)? {
+        Some(merged) => merged.into_edit(&mut edit),
+        None => {
+            return Err(Error::InvalidArgument(
+                "internal: full merge gave up".into(),
+            ));
+        }
+    }
     inner.log_and_apply(edit, |_| {})?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
     Ok(())
@@ -249,20 +478,23 @@ struct Created {
     values: Vec<u64>,
 }
 
-/// Merges `inputs` into new tables for `out_level`, moving at most
-/// `gc_allowance` bytes of values (value GC). With no allowance (`None`: a
-/// full compaction), it settles: every separated value still in a journal
-/// moves to a values file, in key order, and GC moves without bound
-/// (unless value GC is off).
+/// Merges `inputs` into new tables for `out_level`, moving values as
+/// `moving` allows: value GC moves values out of mostly dead segments,
+/// and settling (`Moving::settles`) also moves every separated value
+/// still in a journal to a values file, in key order. Under the null
+/// policy (`value_gc_live_ratio` 0) nothing moves. `None`: a settling
+/// step saw foreground work before it moved anything and gave up, leaving
+/// nothing behind.
 fn merge(
     inner: &Inner,
     v: &Version,
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
-    gc_allowance: Option<u64>,
-) -> Result<Merged> {
+    moving: Moving,
+) -> Result<Option<Merged>> {
     let mut created = Created::default();
-    merge_into(inner, v, inputs, out_level, gc_allowance, &mut created).inspect_err(|_| {
+    let merged = merge_into(inner, v, inputs, out_level, moving, &mut created);
+    if !matches!(merged, Ok(Some(_))) {
         // Frees the space of the outputs written so far (the next open
         // would delete them anyway): a full device is retried later.
         for n in &created.tables {
@@ -271,7 +503,8 @@ fn merge(
         for n in &created.values {
             let _ = inner.fs.remove(&files::values(&inner.dir, *n));
         }
-    })
+    }
+    merged
 }
 
 /// A values file being written by a compaction: values moved out of
@@ -449,10 +682,10 @@ fn merge_into(
     v: &Version,
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
-    gc_allowance: Option<u64>,
+    moving: Moving,
     created: &mut Created,
-) -> Result<Merged> {
-    let settle = gc_allowance.is_none();
+) -> Result<Option<Merged>> {
+    let settle = moving.settles();
     let oldest_snapshot = inner.oldest_snapshot();
     let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(inputs.len());
     for f in inputs {
@@ -470,6 +703,12 @@ fn merge_into(
     let mut moves = Moves::default();
     let mut ptr_buf = Vec::new();
     while merged.advance()? {
+        if let Moving::WhileQuiet(q) = moving
+            && moves.moved_bytes == 0
+            && !q.holds()
+        {
+            return Ok(None);
+        }
         let ikey = merged.key();
         let (user, tag) = key::split(ikey)
             .ok_or_else(|| Error::corruption(&inner.dir, 0, "internal key shorter than its tag"))?;
@@ -512,11 +751,11 @@ fn merge_into(
         // every value still in a journal (written in arrival order), so
         // the values file holds them in key order. The null policy
         // (ratio 0) moves nothing.
-        // A background compaction moves at most its allowance; later ones
-        // move the rest.
+        // A background compaction moves at most its allowance, a settling
+        // step only while the database is quiet; later ones move the rest.
         let gc = inner.opts.value_gc_live_ratio;
-        let budget = gc_allowance.is_none_or(|a| moves.moved_bytes < a);
-        let moving = (gc > 0.0 && budget && key::tag_kind(tag) == Kind::Pointer as u8)
+        let is_pointer = key::tag_kind(tag) == Kind::Pointer as u8;
+        let move_one = (gc > 0.0 && is_pointer && moving.may_move(moves.moved_bytes))
             .then(|| ValuePtr::decode(merged.value()))
             .flatten()
             .and_then(|p| {
@@ -524,7 +763,7 @@ fn merge_into(
                 (seg.mostly_dead(gc) || (settle && seg.file.is_journal()))
                     .then(|| (p, seg.file.clone()))
             });
-        if let Some((ptr, seg)) = moving {
+        if let Some((ptr, seg)) = move_one {
             let to = moves.add(inner, seg, ptr, created)?;
             *dead.entry(ptr.segment).or_default() += u64::from(ptr.len);
             *moved.entry(to.segment).or_default() += u64::from(to.len);
@@ -560,11 +799,11 @@ fn merge_into(
             .sync_dir()
             .map_err(|e| Error::io("syncing the database directory", e))?;
     }
-    Ok(Merged {
+    Ok(Some(Merged {
         tables: outputs,
         dead: dead.into_iter().collect(),
         moved: moved.into_iter().collect(),
-    })
+    }))
 }
 
 fn finish(inner: &Inner, writer: Option<(u64, TableWriter)>, level: usize) -> Result<TableRecord> {

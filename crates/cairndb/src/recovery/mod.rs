@@ -336,6 +336,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         }),
         manifest: Mutex::new(manifest),
         compaction_lock: Mutex::new(()),
+        closing: std::sync::atomic::AtomicBool::new(false),
         bg: Mutex::new(Bg::default()),
         bg_cv: Condvar::new(),
         last_seqno: AtomicU64::new(if opts.sabotage.stale_seqno_after_open {

@@ -303,6 +303,16 @@ impl Version {
         self.segments.values().map(|s| s.live).sum()
     }
 
+    /// Bytes of separated values tables point to that still lie in
+    /// journals (in write order): what settling has left to move.
+    pub fn value_bytes_unsettled(&self) -> u64 {
+        self.segments
+            .values()
+            .filter(|s| s.file.is_journal())
+            .map(|s| s.live)
+            .sum()
+    }
+
     /// An edit that recreates this version from nothing.
     pub fn snapshot_edit(&self) -> Edit {
         let mut e = Edit::default();

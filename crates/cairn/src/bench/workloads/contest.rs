@@ -27,6 +27,7 @@
 use super::{Ctx, Outcome, Rng, check_value, checked_scan, make_key, make_value, parallel};
 use crate::bench::device::DeviceLimits;
 use crate::bench::engine::{Engine, EngineConfig};
+use crate::bench::monitor;
 use crate::bench::{BenchResult, Progress, wire};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -44,7 +45,21 @@ pub struct Config {
     /// Memory for engine plus page cache, bytes; 0 disables the balloon.
     pub mem_cap: u64,
     pub seed: u64,
+    pub settle: Settle,
 }
+
+/// How the contest's settle phase settles the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Settle {
+    /// A full compaction (`Engine::compact`).
+    Compact,
+    /// The engine's own background settling while idle
+    /// (`Engine::wait_settled`), else a full compaction.
+    Idle,
+}
+
+/// Longest the settle phase waits for background settling.
+const SETTLE_IDLE_WAIT: std::time::Duration = std::time::Duration::from_secs(1800);
 
 /// Targets of the contest's phases, as ratios to their device limits
 /// (issues 5 and 6): writes at 90 % of the best sequential write, point
@@ -165,6 +180,9 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
     }
 
     ctx.fresh()?;
+    // Device bytes written from here to the end of the settle phase, for
+    // the whole workload's write amplification.
+    let written_before = monitor::disk_bytes(ctx.disk.as_deref()).1;
     ctx.phase(
         "contest",
         "write",
@@ -195,6 +213,22 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
     );
     set_target(ctx, FRESH_RANGE_TARGET);
     overwrite_phases(ctx, cfg, dev)?;
+    if ctx.disk.is_some() {
+        // SAFETY: sync(2) takes no arguments and cannot fail.
+        unsafe { libc::sync() };
+        let written = monitor::disk_bytes(ctx.disk.as_deref()).1 - written_before;
+        let wamp = written as f64 / (2 * data) as f64;
+        if let Some(row) = ctx.rows.last_mut() {
+            let whole = format!(
+                "whole workload (write, fresh-range, overwrite, settle) wamp {wamp:.2}: \
+                 device bytes written per user byte written"
+            );
+            row.note = Some(match row.note.take() {
+                Some(n) => format!("{n}; {whole}"),
+                None => whole,
+            });
+        }
+    }
     ctx.close();
     let dropped = drop_page_cache();
     println!(
@@ -276,17 +310,30 @@ fn overwrite_phases(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchRes
         |db, p| put_every_key(db, p, cfg, 1),
     );
     ctx.flush_and_measure_space(data)?;
-    ctx.phase("contest", "settle", "MB/s", None, |db, _| {
-        let compacted = db.compact()?;
+    let settle = cfg.settle;
+    ctx.phase("contest", "settle", "MB/s", None, move |db, _| {
+        let waited = match settle {
+            Settle::Idle => db.wait_settled(SETTLE_IDLE_WAIT)?,
+            Settle::Compact => None,
+        };
+        let note = match waited {
+            Some(true) => "settled in the background while idle (no compaction call); \
+                 wamp: device bytes written per live byte"
+                .to_owned(),
+            Some(false) => format!(
+                "background settling did not finish within {} s",
+                SETTLE_IDLE_WAIT.as_secs()
+            ),
+            None if db.compact()? => {
+                "full compaction with value GC; wamp: device bytes written per live byte".into()
+            }
+            None => "no compaction call for this engine: space as it left it".into(),
+        };
         Ok(Outcome {
             ops: 1,
             user_bytes: data,
             written_bytes: data,
-            note: Some(if compacted {
-                "full compaction with value GC; wamp: device bytes written per live byte".into()
-            } else {
-                "no compaction call for this engine: space as it left it".into()
-            }),
+            note: Some(note),
             ..Outcome::default()
         })
     });
@@ -383,6 +430,8 @@ pub fn read_main(args: ReadArgs) -> BenchResult<()> {
         value_len: args.value_len,
         mem_cap: 0,
         seed: args.seed,
+        // The read phases do not settle.
+        settle: Settle::Compact,
     };
     let dev = DeviceLimits {
         rand_read_4k: args.rand_read_4k,
