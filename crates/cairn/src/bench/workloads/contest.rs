@@ -366,8 +366,8 @@ fn read_in_child(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult
         .arg(ctx.engine_cfg.write_buffer_bytes.to_string())
         .arg("--rand-read-4k")
         .arg(dev.rand_read_4k.to_string())
-        .arg("--seq-read-1m")
-        .arg(dev.seq_read_1m.to_string());
+        .arg("--seq-read")
+        .arg(dev.seq_read.to_string());
     if let Some(d) = &ctx.disk {
         cmd.arg("--disk").arg(d);
     }
@@ -415,7 +415,7 @@ pub struct ReadArgs {
     #[arg(long)]
     rand_read_4k: f64,
     #[arg(long)]
-    seq_read_1m: f64,
+    seq_read: f64,
     #[arg(long)]
     disk: Option<String>,
     #[arg(long)]
@@ -435,7 +435,7 @@ pub fn read_main(args: ReadArgs) -> BenchResult<()> {
     };
     let dev = DeviceLimits {
         rand_read_4k: args.rand_read_4k,
-        seq_read_1m: args.seq_read_1m,
+        seq_read: args.seq_read,
         ..DeviceLimits::default()
     };
     let engine_cfg = EngineConfig {
@@ -496,7 +496,7 @@ fn read_phases(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) {
 
     drop_page_cache();
     let passes = 2u64;
-    let scan_limit = Some(("1M seq read".into(), dev.seq_read_1m / 1e6));
+    let scan_limit = Some(("seq read".into(), dev.seq_read / 1e6));
     ctx.phase("contest", "range", "MB/s", scan_limit, |db, p| {
         parallel(threads as usize, |_| {
             for pass in 0..passes {

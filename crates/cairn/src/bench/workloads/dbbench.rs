@@ -40,7 +40,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         format!("4K rand read IOPS x{}", cfg.threads),
         dev.rand_read_4k / 4096.0,
     ));
-    let scan_limit = Some(("1M seq read".to_owned(), dev.seq_read_1m / 1e6));
+    let scan_limit = Some(("seq read".to_owned(), dev.seq_read / 1e6));
 
     ctx.fresh()?;
     ctx.phase(
