@@ -528,6 +528,7 @@ impl Db {
             value_reads_cached: inner.policy.counts().0,
             value_reads_direct: inner.policy.counts().1,
             value_reads_buffered: inner.policy.counts().2,
+            value_read_batches: inner.policy.batches(),
             scan_chunk_reads: inner.share.reads(),
             scan_chunk_waits: inner.share.waits(),
             scan_laggard_waits: inner.share.laggard_waits(),
@@ -602,6 +603,11 @@ pub struct Stats {
     pub value_reads_cached: u64,
     pub value_reads_direct: u64,
     pub value_reads_buffered: u64,
+    /// Windows of a scan whose direct reads were handed to the kernel
+    /// together, in flight at once, through io_uring (Linux; a window of
+    /// at least 4 device runs), since open. Their reads are also counted
+    /// in `value_reads_direct`.
+    pub value_read_batches: u64,
     /// Chunks long scans read from segment files since open (shared
     /// scans: a chunk other scanners also needed is counted once).
     pub scan_chunk_reads: u64,

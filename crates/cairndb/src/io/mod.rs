@@ -19,6 +19,8 @@ mod mem;
 mod posix;
 #[cfg(unix)]
 mod stage;
+#[cfg(target_os = "linux")]
+pub(crate) mod uring;
 
 pub use mem::{Crash, Fault, FaultKind, MemFs, OpInfo, OpKind};
 pub use posix::PosixFs;
@@ -105,6 +107,13 @@ pub trait FileRead: Send + Sync {
     /// Hint that reads of this file land at random offsets: read from the
     /// device only what is asked (no read-ahead).
     fn advise_random(&self) {}
+    /// The file's descriptor, for batched reads through io_uring
+    /// (`io::uring`); `None` where the backend has none (the simulated
+    /// file system), and reads go through `read_at`.
+    #[cfg(unix)]
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 /// Alignment of direct reads: offset, length and buffer address.

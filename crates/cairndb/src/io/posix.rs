@@ -233,6 +233,10 @@ impl FileRead for PosixRead {
         // Only a hint: a file system that ignores it still reads right.
         let _ = rustix::fs::fadvise(&self.file, 0, None, rustix::fs::Advice::Random);
     }
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        Some(self.file.as_raw_fd())
+    }
 }
 
 struct PosixLock {

@@ -67,6 +67,8 @@ pub struct ReadPolicy {
     cached: AtomicU64,
     direct: AtomicU64,
     buffered: AtomicU64,
+    /// Windows of scans read as one batch through io_uring.
+    batches: AtomicU64,
 }
 
 impl ReadPolicy {
@@ -80,6 +82,7 @@ impl ReadPolicy {
             cached: AtomicU64::new(0),
             direct: AtomicU64::new(0),
             buffered: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
         }
     }
 
@@ -125,6 +128,16 @@ impl ReadPolicy {
             Served::Buffered => &self.buffered,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a window of direct reads handed to the kernel as one batch.
+    pub fn count_batch(&self) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Windows read as one io_uring batch since open.
+    pub fn batches(&self) -> u64 {
+        self.batches.load(Ordering::Relaxed)
     }
 
     /// Reads served from the page cache without waiting, with direct

@@ -170,6 +170,30 @@ impl ReadView {
             return;
         }
         let (tx, rx) = crossbeam_channel::unbounded::<Checked>();
+        #[cfg(target_os = "linux")]
+        if self.reads.direct_misses()
+            && runs.len() >= URING_RUNS_MIN
+            && runs.iter().all(|r| !r.shared)
+            && crate::io::uring::available()
+        {
+            // One job reads the whole window through its thread's ring.
+            let mut batch = Vec::with_capacity(runs.len());
+            for run in runs {
+                match self.segment(run.segment) {
+                    Some((seg, _)) => {
+                        loading.asked.extend(run.members.iter().map(|&(i, _)| i));
+                        batch.push((run, seg.clone()));
+                    }
+                    None => self.settle(run.slice(None), &mut loading.loaded, &loading.encoded),
+                }
+            }
+            let (view, scan) = (self.clone(), scan.clone());
+            self.workers.run(move || {
+                let _ = tx.send(read_batch(&batch, &view, &scan));
+            });
+            loading.rx = Some(rx);
+            return;
+        }
         for run in runs {
             let Some((seg, _)) = self.segment(run.segment) else {
                 self.settle(run.slice(None), &mut loading.loaded, &loading.encoded);
@@ -222,6 +246,63 @@ impl ReadView {
             None => (i, self.load(&encoded[i]).map(Value::Owned)),
         }));
     }
+}
+
+/// Fewest device runs of a window read through io_uring as one batch
+/// (fewer go to worker threads one run each).
+#[cfg(target_os = "linux")]
+const URING_RUNS_MIN: usize = 4;
+
+/// Reads the runs of `batch` (none shared) with direct reads all in
+/// flight at once through this thread's io_uring (`io::uring`); a run
+/// whose segment has no descriptor, or every run if no ring can be used,
+/// is read as `Run::read` does.
+#[cfg(target_os = "linux")]
+fn read_batch(batch: &[(Run, Arc<SegmentFile>)], view: &ReadView, scan: &Scan) -> Checked {
+    use crate::io::uring;
+    let align = crate::io::DIRECT_ALIGN as u64;
+    let mut reads = Vec::with_capacity(batch.len());
+    let mut plan = Vec::with_capacity(batch.len());
+    for (run, seg) in batch {
+        let start = run.start - run.start % align;
+        let end = run.end.next_multiple_of(align);
+        match (seg.direct_fd(), usize::try_from(end - start)) {
+            (Ok(Some(fd)), Ok(len)) => {
+                plan.push(Some(reads.len()));
+                reads.push(uring::Read {
+                    fd,
+                    offset: start,
+                    buf: uring::AlignedBuf::new(len),
+                    result: None,
+                });
+            }
+            _ => plan.push(None),
+        }
+    }
+    let batched = !reads.is_empty() && uring::read_all(&mut reads).is_ok();
+    if batched {
+        view.policy.count_batch();
+    }
+    let mut out = Vec::with_capacity(batch.iter().map(|(r, _)| r.members.len()).sum());
+    for ((run, seg), at) in batch.iter().zip(plan) {
+        let read = at.filter(|_| batched).and_then(|i| reads.get(i));
+        match read {
+            Some(r) => {
+                view.policy.count(Served::Direct);
+                let from = (run.start - r.offset) as usize;
+                let to = (run.end - r.offset) as usize;
+                // A failed or short read leaves `span` empty: each value
+                // is then re-read by `load`, which names any damage.
+                let span = match r.result {
+                    Some(Ok(n)) if n >= to => r.buf.bytes().get(from..to),
+                    _ => None,
+                };
+                out.extend(run.slice(span));
+            }
+            None => out.extend(run.read(seg, view.reads, view, scan)),
+        }
+    }
+    out
 }
 
 impl Run {

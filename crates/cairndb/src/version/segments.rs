@@ -188,6 +188,14 @@ impl SegmentFile {
         Ok((chunk, Served::Direct))
     }
 
+    /// The descriptor of the handle for direct reads (opened on first
+    /// use), for batched reads through io_uring; `None` where the file
+    /// system has none.
+    #[cfg(unix)]
+    pub fn direct_fd(&self) -> io::Result<Option<std::os::fd::RawFd>> {
+        Ok(self.handle(&self.direct, true)?.raw_fd())
+    }
+
     /// The length of a flushed segment's file, in bytes: from the handle
     /// for direct reads, which is opened only for flushed segments (the
     /// buffered handle may have been opened while the journal was still
