@@ -427,6 +427,39 @@ impl Db {
         view.get(key, seqno)
     }
 
+    /// The current values of `keys`, in their order, all as of one
+    /// instant (one snapshot). Each result is what `get` would return for
+    /// its key; an invalid key fails only its own result. The separated
+    /// values among them are read together, many device reads in flight
+    /// at once (through io_uring where it can), instead of one after
+    /// another: for a caller that needs several values at once, far less
+    /// waiting than a loop of `get`.
+    pub fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Vec<u8>>>> {
+        let inner = self.inner();
+        let (view, seqno) = inner.view_and_seqno();
+        let mut out: Vec<Option<Result<Option<Vec<u8>>>>> = Vec::with_capacity(keys.len());
+        let mut valid: Vec<&[u8]> = Vec::with_capacity(keys.len());
+        for k in keys {
+            let k = k.as_ref();
+            match check_key(k) {
+                Ok(()) => {
+                    valid.push(k);
+                    out.push(None);
+                }
+                Err(e) => out.push(Some(Err(e))),
+            }
+        }
+        let mut got = view.get_many(&valid, seqno).into_iter();
+        out.into_iter()
+            .map(|r| match r {
+                Some(r) => r,
+                None => got
+                    .next()
+                    .unwrap_or_else(|| Err(Error::Poisoned("internal: value not read".into()))),
+            })
+            .collect()
+    }
+
     fn iter_bounds(&self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) -> Iter {
         let (view, seqno) = self.inner().view_and_seqno();
         Iter::new(view, seqno, lower, upper)

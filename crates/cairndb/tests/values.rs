@@ -675,6 +675,61 @@ fn batched_direct_scans_on_the_real_file_system() {
     );
 }
 
+/// `multi_get` answers each key as `get` does (inline and separated
+/// values, from the memtable and from tables, missing and deleted keys,
+/// an invalid key failing alone), on the simulated file system and on the
+/// real one, where scattered values are read as one batch.
+#[test]
+fn multi_get_answers_as_get_does() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mem = MemFs::new();
+    for real in [false, true] {
+        let o = if real {
+            real_fs_opts(ValueReads::Direct, 1024)
+        } else {
+            opts(&mem, 1024)
+        };
+        let db = Db::open(if real { tmp.path() } else { dir() }, o).expect("open");
+        let n = 600;
+        for j in 0..n {
+            let i = j * 301 % n;
+            db.put(key(i), value(i, 0, len_of(i))).expect("put");
+            db.put(format!("z{i:05}"), vec![b'z'; 4 * BIG])
+                .expect("put");
+        }
+        db.flush().expect("flush");
+        for i in (0..n).step_by(7) {
+            db.delete(key(i)).expect("delete");
+        }
+        for i in (0..n).step_by(11) {
+            db.put(key(i), value(i, 1, len_of(i))).expect("put");
+        }
+        let mut keys: Vec<Vec<u8>> = (0..n + 20).rev().map(key).collect();
+        keys.insert(5, vec![b'x'; 1 << 20]);
+        let before = db.stats().value_read_batches;
+        let got = db.multi_get(&keys);
+        assert_eq!(got.len(), keys.len());
+        for (k, g) in keys.iter().zip(&got) {
+            match db.get(k) {
+                Ok(want) => assert!(
+                    g.as_ref().ok() == Some(&want),
+                    "real {real}: key {:?}",
+                    String::from_utf8_lossy(&k[..k.len().min(8)])
+                ),
+                Err(_) => assert!(g.is_err(), "an invalid key fails alone"),
+            }
+        }
+        assert!(got[5].is_err() && got[4].is_ok() && got[6].is_ok());
+        if real && cfg!(target_os = "linux") {
+            assert!(
+                db.stats().value_read_batches > before,
+                "multi_get read no batch: {:?}",
+                db.stats()
+            );
+        }
+    }
+}
+
 /// Scans on the real file system (page-cache hits read in place, misses
 /// and direct reads from several threads) over values written in random order across flushed segments,
 /// a sealed-off journal and the memtable, with overwrites and deletes:

@@ -65,6 +65,11 @@ pub trait Engine: Send + Sync {
     /// An unsynced put.
     fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()>;
     fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>>;
+    /// The values of `keys`, in order: one `get` after another unless the
+    /// engine reads several at once (CairnDB's `Db::multi_get`).
+    fn multi_get(&self, keys: &[Vec<u8>]) -> BenchResult<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
     fn delete(&self, key: &[u8]) -> BenchResult<()>;
     /// Applies `ops` atomically, durably on return if `sync`.
     fn write_batch(&self, ops: &[BatchOp], sync: bool) -> BenchResult<()>;
@@ -294,6 +299,13 @@ impl Engine for CairnEngine {
     }
     fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
         Ok(self.db.get(key)?)
+    }
+    fn multi_get(&self, keys: &[Vec<u8>]) -> BenchResult<Vec<Option<Vec<u8>>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for v in self.db.multi_get(keys) {
+            out.push(v?);
+        }
+        Ok(out)
     }
     fn delete(&self, key: &[u8]) -> BenchResult<()> {
         Ok(self.db.delete(key)?)

@@ -121,12 +121,20 @@ impl ReadView {
 
     /// The value of `user_key` at `snapshot`, or `None` if absent/deleted.
     pub fn get(&self, user_key: &[u8], snapshot: u64) -> Result<Option<Vec<u8>>> {
+        match self.find(user_key, snapshot)? {
+            Some(Lookup::Found(v)) => Ok(Some(v)),
+            Some(Lookup::Pointer(p)) => self.load(&p).map(Some),
+            Some(Lookup::Deleted) | None => Ok(None),
+        }
+    }
+
+    /// The newest entry of `user_key` at `snapshot`: memtables, then level
+    /// 0 newest first, then one table per deeper level. A separated value
+    /// is returned as its encoded pointer, not read.
+    pub fn find(&self, user_key: &[u8], snapshot: u64) -> Result<Option<Lookup>> {
         for mem in std::iter::once(&self.mem).chain(self.sealed.iter().rev()) {
-            match mem.get(user_key, snapshot) {
-                Some(Lookup::Found(v)) => return Ok(Some(v)),
-                Some(Lookup::Pointer(p)) => return self.load(&p).map(Some),
-                Some(Lookup::Deleted) => return Ok(None),
-                None => {}
+            if let Some(found) = mem.get(user_key, snapshot) {
+                return Ok(Some(found));
             }
         }
         let level0 = self.version.levels[0].iter().rev();
@@ -134,21 +142,46 @@ impl ReadView {
         for file in level0.filter(|f| f.covers(user_key)).chain(deeper) {
             let table = self.tables.get(file)?;
             if let Some((tag, value)) = table.get(user_key, snapshot)? {
-                return self.value(key::tag_kind(tag), value);
+                return Ok(Some(match Kind::from_u8(key::tag_kind(tag)) {
+                    Some(Kind::Put) => Lookup::Found(value),
+                    Some(Kind::Pointer) => Lookup::Pointer(value),
+                    _ => Lookup::Deleted,
+                }));
             }
         }
         Ok(None)
     }
 
-    /// The value of an entry of kind `kind` whose stored value is
-    /// `stored`: itself, the value a pointer names, or `None` for a
-    /// tombstone.
-    pub fn value(&self, kind: u8, stored: Vec<u8>) -> Result<Option<Vec<u8>>> {
-        match Kind::from_u8(kind) {
-            Some(Kind::Put) => Ok(Some(stored)),
-            Some(Kind::Pointer) => self.load(&stored).map(Some),
-            _ => Ok(None),
+    /// The values of `user_keys` at `snapshot`, in their order, each as
+    /// `get` would return it. The separated values among them are read
+    /// together, as a scan reads a window (`load_start`): sorted by place,
+    /// neighbours in one request, the rest in flight at once.
+    pub fn get_many(&self, user_keys: &[&[u8]], snapshot: u64) -> Vec<Result<Option<Vec<u8>>>> {
+        let mut out: Vec<Option<Result<Option<Vec<u8>>>>> = Vec::with_capacity(user_keys.len());
+        let (mut at, mut pointers) = (Vec::new(), Vec::new());
+        for (i, k) in user_keys.iter().enumerate() {
+            out.push(match self.find(k, snapshot) {
+                Ok(Some(Lookup::Found(v))) => Some(Ok(Some(v))),
+                Ok(Some(Lookup::Pointer(p))) => {
+                    at.push(i);
+                    pointers.push(p);
+                    None
+                }
+                Ok(Some(Lookup::Deleted) | None) => Some(Ok(None)),
+                Err(e) => Some(Err(e)),
+            });
         }
+        if !pointers.is_empty() {
+            let scan = self.share.scan();
+            let loading = self.load_start(pointers, false, &scan);
+            for (i, v) in at.into_iter().zip(self.load_finish(loading)) {
+                out[i] = Some(v.map(|v| Some(v.into_vec())));
+            }
+            self.share.leave(&scan);
+        }
+        out.into_iter()
+            .map(|v| v.unwrap_or_else(|| Err(Error::Poisoned("internal: value not read".into()))))
+            .collect()
     }
 
     /// The segment file numbered `number`, and whether it is flushed:

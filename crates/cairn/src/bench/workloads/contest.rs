@@ -58,6 +58,9 @@ pub enum Settle {
     Idle,
 }
 
+/// Keys per `multi_get` call in the multi-read phase.
+const MULTI_READ_KEYS: u64 = 32;
+
 /// Longest the settle phase waits for background settling.
 const SETTLE_IDLE_WAIT: std::time::Duration = std::time::Duration::from_secs(1800);
 
@@ -366,6 +369,8 @@ fn read_in_child(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult
         .arg(ctx.engine_cfg.write_buffer_bytes.to_string())
         .arg("--rand-read-4k")
         .arg(dev.rand_read_4k.to_string())
+        .arg("--rand-read-4k-qd")
+        .arg(dev.rand_read_4k_qd.to_string())
         .arg("--seq-read")
         .arg(dev.seq_read.to_string());
     if let Some(d) = &ctx.disk {
@@ -415,6 +420,8 @@ pub struct ReadArgs {
     #[arg(long)]
     rand_read_4k: f64,
     #[arg(long)]
+    rand_read_4k_qd: f64,
+    #[arg(long)]
     seq_read: f64,
     #[arg(long)]
     disk: Option<String>,
@@ -435,6 +442,7 @@ pub fn read_main(args: ReadArgs) -> BenchResult<()> {
     };
     let dev = DeviceLimits {
         rand_read_4k: args.rand_read_4k,
+        rand_read_4k_qd: args.rand_read_4k_qd,
         seq_read: args.seq_read,
         ..DeviceLimits::default()
     };
@@ -493,6 +501,44 @@ fn read_phases(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) {
         })
     });
     set_target(ctx, READ_TARGET);
+
+    // A quarter of the keys again, each thread asking for MULTI_READ_KEYS
+    // at a time (`Engine::multi_get`): what reads in flight together win
+    // over one at a time. No target; the limit is the high-queue-depth one.
+    drop_page_cache();
+    let multi_limit = Some(("4K rand read x64".into(), dev.rand_read_4k_qd / 1e6));
+    let quarter = n.div_ceil(4);
+    ctx.phase("contest", "multi-read", "MB/s", multi_limit, |db, p| {
+        parallel(threads as usize, |t| {
+            let mut rng = Rng::new(cfg.seed + 3000 + t as u64);
+            let mine = quarter.div_ceil(threads);
+            let mut left = mine;
+            while left > 0 {
+                let batch: Vec<u64> = (0..left.min(MULTI_READ_KEYS))
+                    .map(|_| key_of(rng.below(n)))
+                    .collect();
+                let keys: Vec<Vec<u8>> = batch.iter().map(|&k| make_key(k, 8)).collect();
+                let got = db.multi_get(&keys)?;
+                for (&k, v) in batch.iter().zip(got) {
+                    let v = v.ok_or_else(|| format!("key {k:#x} is missing"))?;
+                    check_value(k, &v)?;
+                    p.add(1, entry);
+                }
+                left -= batch.len() as u64;
+            }
+            Ok(())
+        })?;
+        let ops = quarter.div_ceil(threads) * threads;
+        Ok(Outcome {
+            ops,
+            user_bytes: ops * entry,
+            note: Some(format!(
+                "{MULTI_READ_KEYS} keys per multi_get call, {threads} threads"
+            )),
+            note_device_reads: true,
+            ..Outcome::default()
+        })
+    });
 
     drop_page_cache();
     let passes = 2u64;
