@@ -109,8 +109,12 @@ pub(crate) struct Counters {
     /// Background syncs of journals started (`write::PRESYNC_BYTES`).
     pub presyncs: AtomicU64,
     pub value_bytes_moved: AtomicU64,
-    /// Settling steps run while idle (`compaction::settle_step`).
+    /// Settling steps run while idle (`compaction::settle_step`), and
+    /// those that failed and were skipped.
     pub settle_steps: AtomicU64,
+    pub settle_failures: AtomicU64,
+    /// `Db::compact` calls (foreground work a settling step yields to).
+    pub compact_calls: AtomicU64,
     /// Bytes appended to journals since open.
     pub journal_bytes: AtomicU64,
     /// Groups committed, and the batches in them (`Stats::write_groups`).
@@ -583,6 +587,7 @@ impl Db {
             value_bytes_live: view.version.value_bytes_live(),
             value_bytes_unsettled: view.version.value_bytes_unsettled(),
             settle_steps: inner.counters.settle_steps.load(Ordering::Relaxed),
+            settle_failures: inner.counters.settle_failures.load(Ordering::Relaxed),
         }
     }
 
@@ -636,10 +641,10 @@ pub struct Stats {
     pub value_reads_cached: u64,
     pub value_reads_direct: u64,
     pub value_reads_buffered: u64,
-    /// Windows of a scan whose direct reads were handed to the kernel
-    /// together, in flight at once, through io_uring (Linux; a window of
-    /// at least 4 device runs), since open. Their reads are also counted
-    /// in `value_reads_direct`.
+    /// Batches of direct reads handed to the kernel together, in flight
+    /// at once, through io_uring (Linux): a scan window or a `multi_get`
+    /// of at least 4 device runs, since open. Their reads are also
+    /// counted in `value_reads_direct`.
     pub value_read_batches: u64,
     /// Chunks long scans read from segment files since open (shared
     /// scans: a chunk other scanners also needed is counted once).
@@ -679,8 +684,11 @@ pub struct Stats {
     /// yet to move into key order.
     pub value_bytes_unsettled: u64,
     /// Settling steps the background thread started while the database
-    /// was idle, since open.
+    /// was idle, since open, and those that failed (a value that could
+    /// not be read, a full device): a failed step changes nothing, and
+    /// its tables are left unsettled until the database is reopened.
     pub settle_steps: u64,
+    pub settle_failures: u64,
 }
 
 /// A consistent read-only view of the database at one instant. Owned and

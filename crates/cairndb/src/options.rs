@@ -98,10 +98,13 @@ pub struct Options {
     /// Settle values while the database is idle: once no write and no
     /// read of a separated value has been seen for this long, the
     /// background thread moves values still in journals (write order)
-    /// into values files in key order, one table's worth at a time, so
+    /// into values files in key order, a step at a time (level 0 into
+    /// level 1, or one deeper table rewritten in place), so
     /// scans read them in large sequential runs and a 4 KiB value takes
-    /// one page (docs/architecture.md §Settling). It stops moving at the
-    /// first write or value read and resumes after the next idle period.
+    /// one page (docs/architecture.md §Value separation). A step yields
+    /// to the first write, value read or `Db::compact`, and settling
+    /// resumes after the next idle period; a step that fails is skipped
+    /// (`Stats::settle_failures`), never stopping writes.
     /// Each value settles once: one more write of it. `None`: only
     /// `Db::compact` settles. Needs `background_compaction`; nothing
     /// moves under the null policy. Default 5 s.

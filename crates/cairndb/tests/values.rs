@@ -690,9 +690,9 @@ fn multi_get_answers_as_get_does() {
             opts(&mem, 1024)
         };
         let db = Db::open(if real { tmp.path() } else { dir() }, o).expect("open");
-        let n = 600;
+        let n = 1200;
         for j in 0..n {
-            let i = j * 301 % n;
+            let i = j * 601 % n;
             db.put(key(i), value(i, 0, len_of(i))).expect("put");
             db.put(format!("z{i:05}"), vec![b'z'; 4 * BIG])
                 .expect("put");
@@ -704,6 +704,7 @@ fn multi_get_answers_as_get_does() {
         for i in (0..n).step_by(11) {
             db.put(key(i), value(i, 1, len_of(i))).expect("put");
         }
+        // Over two windows of separated values (`WINDOW_MAX` 256).
         let mut keys: Vec<Vec<u8>> = (0..n + 20).rev().map(key).collect();
         keys.insert(5, vec![b'x'; 1 << 20]);
         let before = db.stats().value_read_batches;
@@ -991,6 +992,46 @@ fn settling_rewrites_deeper_tables_in_place() {
     assert_eq!(scan(&db).expect("scan"), expected(0));
     check_reads(&db, 0, "settled in place");
     assert_settled_in_key_order(&fs, &files_with(&fs, dir(), ".values"));
+}
+
+/// A settling step that meets a damaged value fails alone: nothing it
+/// wrote stays, writes go on, `Stats::settle_failures` counts it, and
+/// the damage is still reported to the reader of that key only.
+#[test]
+fn a_failed_settling_step_does_not_stop_writes() {
+    let fs = MemFs::new();
+    let db = Db::open(dir(), opts(&fs, 1024)).expect("open");
+    write_all(&db, 0);
+    db.flush().expect("flush");
+    db.close().expect("close");
+    let victim = value(40, 0, BIG);
+    let (name, at) = find_in_journals(&fs, &victim);
+    assert!(fs.mutate_byte(&dir().join(&name), at + 100, |b| b ^ 0x01));
+    let o = Options {
+        background_compaction: true,
+        settle_after_idle: Some(std::time::Duration::from_millis(100)),
+        ..opts(&fs, 1024)
+    };
+    let db = Db::open(dir(), o).expect("reopen");
+    assert!(
+        wait_for(&db, 30, |s| s.settle_failures >= 1),
+        "no failed step: {:?}",
+        db.stats()
+    );
+    let stats = db.stats();
+    assert_eq!(stats.write_error, None, "settling stopped writes");
+    assert_eq!(
+        stats.value_bytes_moved, 0,
+        "a failed step left moves behind"
+    );
+    assert!(
+        files_with(&fs, dir(), ".values").is_empty(),
+        "values files left behind"
+    );
+    db.put(key(1), value(1, 1, 40))
+        .expect("a write after the failed step");
+    assert!(matches!(db.get(key(40)), Err(Error::Corruption { .. })));
+    assert_eq!(db.get(key(42)).expect("get"), Some(value(42, 0, BIG)));
 }
 
 /// Settling waits while writes or reads of separated values go on, and

@@ -22,8 +22,11 @@
 //! still in journals, one step at a time (`settle_step`): level 0 merges
 //! into level 1, or one deeper table whose pointers still name a journal
 //! is rewritten in place, its values moved into values files in key
-//! order. A step stops moving values at the first sign of foreground
-//! work and finishes by copying the rest of its keys.
+//! order. At the first sign of foreground work, a `Db::compact` call or
+//! close, a step that has not yet moved as many value bytes as its input
+//! tables hold gives up and deletes what it wrote; one that has finishes
+//! by copying the rest of its keys. A step that fails (a damaged value,
+//! a full device) is skipped, never stops writes: settling is optional.
 
 use crate::db::Inner;
 use crate::error::{Error, Result};
@@ -159,7 +162,7 @@ pub(crate) fn run(inner: &Inner) {
                     if scores(&v, &inner.opts).iter().any(|s| *s >= 1.0) {
                         break Work::Compact;
                     }
-                    if idle.due(inner, &v) {
+                    if bg.paused.is_none() && idle.due(inner, &v) {
                         break Work::Settle;
                     }
                 }
@@ -197,16 +200,22 @@ pub(crate) fn run(inner: &Inner) {
     }
 }
 
-/// Foreground work seen so far: journal bytes appended and separated
-/// values read. Gets and scans served from tables and memtables alone
-/// are not counted; they do not use the device the way settling does.
+/// Foreground work seen so far: journal bytes appended, separated values
+/// read and `Db::compact` calls. Gets and scans served from tables and
+/// memtables alone are not counted; they do not use the device the way
+/// settling does.
 fn activity(inner: &Inner) -> u64 {
     let (cached, direct, buffered) = inner.policy.counts();
-    inner.counters.journal_bytes.load(Ordering::Relaxed) + cached + direct + buffered
+    inner.counters.journal_bytes.load(Ordering::Relaxed)
+        + cached
+        + direct
+        + buffered
+        + inner.counters.compact_calls.load(Ordering::Relaxed)
 }
 
-/// When the database went idle, and which tables are known to need no
-/// settling (kept by number: a table never changes).
+/// When the database went idle, and which tables are not to be taken
+/// again: known to need no settling, or a step over them failed (kept by
+/// number: a table never changes).
 struct Idle {
     seen: u64,
     since: Instant,
@@ -255,23 +264,52 @@ impl Idle {
 /// One step of settling while idle: level 0 merged into level 1, else the
 /// first deeper table still pointing into a journal rewritten in place.
 /// Values move only while no foreground work is seen (`Quiet`).
+///
+/// A step that fails leaves the database as it was (its files are
+/// deleted, no edit is logged) and is counted in `settle_failures`; its
+/// tables are not taken again while the thread lives. Only a failed
+/// manifest write, which poisons the database anyway, is reported as a
+/// background failure.
 fn settle_step(inner: &Inner, v: &Version, idle: &mut Idle) -> Result<()> {
     let quiet = Quiet::new(inner);
-    let result = settle_one(inner, v, idle, &quiet);
+    let mut taken = Vec::new();
+    let result = settle_one(inner, v, idle, &quiet, &mut taken);
     let ran_through = matches!(result, Ok(true)) && quiet.holds();
     let after = inner.state.read().version.clone();
     idle.after_step(&after, ran_through);
-    result.map(|_| ())
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) if inner.manifest.lock().poisoned => Err(e),
+        Err(_) => {
+            inner
+                .counters
+                .settle_failures
+                .fetch_add(1, Ordering::Relaxed);
+            idle.settled.extend(taken);
+            Ok(())
+        }
+    }
 }
 
-/// `settle_step`'s work; true if it found something to settle.
-fn settle_one(inner: &Inner, v: &Version, idle: &mut Idle, quiet: &Quiet) -> Result<bool> {
-    if let Some((lo, hi)) = user_range(&v.levels[0]) {
+/// `settle_step`'s work; true if it found something to settle. The
+/// numbers of the tables it takes go to `taken`.
+fn settle_one(
+    inner: &Inner,
+    v: &Version,
+    idle: &mut Idle,
+    quiet: &Quiet,
+    taken: &mut Vec<u64>,
+) -> Result<bool> {
+    let level0 = &v.levels[0];
+    if level0.iter().any(|f| !idle.settled.contains(&f.number))
+        && let Some((lo, hi)) = user_range(level0)
+    {
         let c = Compaction {
             level: 0,
-            inputs: v.levels[0].clone(),
+            inputs: level0.clone(),
             below: v.overlapping(1, &lo, &hi),
         };
+        taken.extend(c.inputs.iter().chain(&c.below).map(|f| f.number));
         inner.counters.settle_steps.fetch_add(1, Ordering::Relaxed);
         return compact(inner, v, c, Moving::WhileQuiet(quiet)).map(|()| true);
     }
@@ -280,7 +318,10 @@ fn settle_one(inner: &Inner, v: &Version, idle: &mut Idle, quiet: &Quiet) -> Res
             if idle.settled.contains(&f.number) {
                 continue;
             }
-            match points_into_journal(inner, v, f, quiet)? {
+            taken.push(f.number);
+            let points = points_into_journal(inner, v, f, quiet)?;
+            taken.pop();
+            match points {
                 Some(false) => {
                     idle.settled.insert(f.number);
                 }
@@ -290,6 +331,7 @@ fn settle_one(inner: &Inner, v: &Version, idle: &mut Idle, quiet: &Quiet) -> Res
                         inputs: vec![f.clone()],
                         below: Vec::new(),
                     };
+                    taken.push(f.number);
                     inner.counters.settle_steps.fetch_add(1, Ordering::Relaxed);
                     return compact(inner, v, c, Moving::WhileQuiet(quiet)).map(|()| true);
                 }
@@ -339,6 +381,12 @@ struct Quiet<'a> {
     inner: &'a Inner,
     at: u64,
     broken: std::cell::Cell<bool>,
+}
+
+impl Quiet<'_> {
+    fn closing(&self) -> bool {
+        self.inner.closing.load(Ordering::Relaxed)
+    }
 }
 
 impl<'a> Quiet<'a> {
@@ -418,6 +466,8 @@ fn compact(inner: &Inner, v: &Version, c: Compaction, moving: Moving) -> Result<
 /// `Db::compact`: merges every table into one level (the deepest holding
 /// data, at least 1).
 pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
+    // A settling step in progress sees this and stops soon.
+    inner.counters.compact_calls.fetch_add(1, Ordering::Relaxed);
     let _guard = inner.compaction_lock.lock();
     inner.check_writable()?;
     let v = inner.state.read().version.clone();
@@ -702,10 +752,14 @@ fn merge_into(
     let mut moved = std::collections::BTreeMap::<u64, u64>::new();
     let mut moves = Moves::default();
     let mut ptr_buf = Vec::new();
+    // A settling step cut short gives up unless it has moved as many value
+    // bytes as its inputs hold: finishing would rewrite the tables for
+    // less than that. At close it always gives up.
+    let input_bytes: u64 = inputs.iter().map(|f| f.size).sum();
     while merged.advance()? {
         if let Moving::WhileQuiet(q) = moving
-            && moves.moved_bytes == 0
             && !q.holds()
+            && (moves.moved_bytes < input_bytes || q.closing())
         {
             return Ok(None);
         }

@@ -6,11 +6,13 @@
 //! reaps them together.
 //!
 //! Each thread that reads keeps its own ring (created on first use, 256
-//! entries). `read_all` returns only once the kernel has answered every
-//! read it was given, so the buffers it wrote into are never freed while
-//! a read is in flight. Where rings cannot be made (an old kernel, a
-//! seccomp filter), `available` turns false for the process and callers
-//! read with `pread` as before.
+//! entries; at most as many reads in flight as its completion queue
+//! holds). `read_all` returns once the kernel has answered every read it
+//! pushed, so their buffers are never freed while a read is in flight; if
+//! the ring fails (or the loop panics) with reads unanswered, their
+//! buffers and the ring are leaked instead. Where rings cannot be made or
+//! lack the read opcode (an old kernel, a seccomp filter), `available`
+//! turns false for the process and callers read with `pread` as before.
 
 use super::DIRECT_ALIGN;
 use std::cell::RefCell;
@@ -68,14 +70,14 @@ pub fn available() -> bool {
     AVAILABLE.load(Ordering::Relaxed) != 2
 }
 
-/// Reads every entry of `reads` with this thread's ring, all in flight at
-/// once (up to the ring's size). `Err` only if no ring can be used; then
-/// nothing was read and the caller reads another way.
+/// Reads every entry of `reads` with this thread's ring, many in flight
+/// at once. `Err` only if no ring can be used; then nothing was read and
+/// the caller reads another way.
 pub fn read_all(reads: &mut [Read]) -> io::Result<()> {
     RING.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
-            match io_uring::IoUring::new(RING_ENTRIES) {
+            match new_ring() {
                 Ok(ring) => {
                     AVAILABLE.store(1, Ordering::Relaxed);
                     *slot = Some(ring);
@@ -89,9 +91,10 @@ pub fn read_all(reads: &mut [Read]) -> io::Result<()> {
         let Some(ring) = slot.as_mut() else {
             return Err(io::Error::other("no ring"));
         };
-        match run(ring, reads) {
-            Ok(()) => Ok(()),
-            Err(Broken) => {
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(ring, reads)));
+        match ran {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(Broken)) | Err(_) => {
                 // The kernel may still write into buffers of reads it never
                 // answered, and closing the ring does not wait for them:
                 // leak those buffers and the ring rather than free memory
@@ -109,16 +112,33 @@ pub fn read_all(reads: &mut [Read]) -> io::Result<()> {
     })
 }
 
+/// A ring that can read (`IORING_OP_READ`, Linux 5.6).
+fn new_ring() -> io::Result<io_uring::IoUring> {
+    let ring = io_uring::IoUring::new(RING_ENTRIES)?;
+    let mut probe = io_uring::Probe::new();
+    ring.submitter().register_probe(&mut probe)?;
+    if !probe.is_supported(io_uring::opcode::Read::CODE) {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "io_uring without the read opcode",
+        ));
+    }
+    Ok(ring)
+}
+
 /// The ring failed with reads in flight.
 struct Broken;
 
 fn run(ring: &mut io_uring::IoUring, reads: &mut [Read]) -> Result<(), Broken> {
     let mut next = 0;
     let mut in_flight = 0usize;
+    // No more in flight than the completion queue holds: the kernel then
+    // never has an answer it cannot post.
+    let cap = ring.params().cq_entries() as usize;
     while next < reads.len() || in_flight > 0 {
         {
             let mut sq = ring.submission();
-            while next < reads.len() && !sq.is_full() {
+            while next < reads.len() && !sq.is_full() && in_flight < cap {
                 let r = &mut reads[next];
                 let Ok(len) = u32::try_from(r.buf.len) else {
                     r.result = Some(Err(io::Error::other("read too large for one request")));

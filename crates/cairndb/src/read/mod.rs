@@ -171,14 +171,19 @@ impl ReadView {
                 Err(e) => Some(Err(e)),
             });
         }
-        if !pointers.is_empty() {
-            let scan = self.share.scan();
-            let loading = self.load_start(pointers, false, &scan);
-            for (i, v) in at.into_iter().zip(self.load_finish(loading)) {
+        // A scan's window at a time: bounded buffers and batches.
+        let scan = self.share.scan();
+        let mut at = at.into_iter();
+        let mut pointers = pointers.into_iter().peekable();
+        while pointers.peek().is_some() {
+            let window: Vec<Vec<u8>> = pointers.by_ref().take(iter::WINDOW_MAX).collect();
+            let loading = self.load_start(window, false, &scan);
+            // Results first: `zip` then takes no index past the window.
+            for (v, i) in self.load_finish(loading).into_iter().zip(at.by_ref()) {
                 out[i] = Some(v.map(|v| Some(v.into_vec())));
             }
-            self.share.leave(&scan);
         }
+        self.share.leave(&scan);
         out.into_iter()
             .map(|v| v.unwrap_or_else(|| Err(Error::Poisoned("internal: value not read".into()))))
             .collect()

@@ -173,8 +173,13 @@ impl ReadView {
         #[cfg(target_os = "linux")]
         if self.reads.direct_misses()
             && runs.len() >= URING_RUNS_MIN
-            && runs.iter().all(|r| !r.shared)
             && crate::io::uring::available()
+            && runs.iter().all(|r| {
+                !r.shared
+                    && self
+                        .segment(r.segment)
+                        .is_some_and(|(seg, _)| matches!(seg.direct_fd(), Ok(Some(_))))
+            })
         {
             // One job reads the whole window through its thread's ring.
             let mut batch = Vec::with_capacity(runs.len());
@@ -291,13 +296,13 @@ fn read_batch(batch: &[(Run, Arc<SegmentFile>)], view: &ReadView, scan: &Scan) -
                 view.policy.count(Served::Direct);
                 let from = (run.start - r.offset) as usize;
                 let to = (run.end - r.offset) as usize;
-                // A failed or short read leaves `span` empty: each value
-                // is then re-read by `load`, which names any damage.
-                let span = match r.result {
-                    Some(Ok(n)) if n >= to => r.buf.bytes().get(from..to),
-                    _ => None,
-                };
-                out.extend(run.slice(span));
+                // A value that does not match is re-read by `load`, which
+                // names any damage; a failed or short read is read again
+                // the usual way.
+                match r.result {
+                    Some(Ok(n)) if n >= to => out.extend(run.slice(r.buf.bytes().get(from..to))),
+                    _ => out.extend(run.read(seg, view.reads, view, scan)),
+                }
             }
             None => out.extend(run.read(seg, view.reads, view, scan)),
         }

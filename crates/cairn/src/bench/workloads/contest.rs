@@ -219,7 +219,9 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
     if ctx.disk.is_some() {
         // SAFETY: sync(2) takes no arguments and cannot fail.
         unsafe { libc::sync() };
-        let written = monitor::disk_bytes(ctx.disk.as_deref()).1 - written_before;
+        let written = monitor::disk_bytes(ctx.disk.as_deref())
+            .1
+            .saturating_sub(written_before);
         let wamp = written as f64 / (2 * data) as f64;
         if let Some(row) = ctx.rows.last_mut() {
             let whole = format!(
