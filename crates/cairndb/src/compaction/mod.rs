@@ -383,12 +383,6 @@ struct Quiet<'a> {
     broken: std::cell::Cell<bool>,
 }
 
-impl Quiet<'_> {
-    fn closing(&self) -> bool {
-        self.inner.closing.load(Ordering::Relaxed)
-    }
-}
-
 impl<'a> Quiet<'a> {
     fn new(inner: &'a Inner) -> Self {
         Quiet {
@@ -398,10 +392,12 @@ impl<'a> Quiet<'a> {
         }
     }
 
+    fn closing(&self) -> bool {
+        self.inner.closing.load(Ordering::Relaxed)
+    }
+
     fn holds(&self) -> bool {
-        if !self.broken.get()
-            && (activity(self.inner) != self.at || self.inner.closing.load(Ordering::Relaxed))
-        {
+        if !self.broken.get() && (activity(self.inner) != self.at || self.closing()) {
             self.broken.set(true);
         }
         !self.broken.get()
