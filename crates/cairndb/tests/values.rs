@@ -55,6 +55,14 @@ fn write_all(db: &Db, generation: u8) {
     }
 }
 
+/// Writes generation 0 in an order far from key order (odd keys down,
+/// then even keys up): the journal holds the values in that order.
+fn write_out_of_order(db: &Db) {
+    for i in (0..N).rev().step_by(2).chain((0..N).step_by(2)) {
+        db.put(key(i), value(i, 0, len_of(i))).expect("put");
+    }
+}
+
 fn expected(generation: u8) -> Vec<(Vec<u8>, Vec<u8>)> {
     (0..N)
         .map(|i| (key(i), value(i, generation, len_of(i))))
@@ -827,10 +835,7 @@ fn a_full_compaction_settles_values_in_key_order() {
             ..opts(&fs, 1024)
         };
         let db = Db::open(dir(), o.clone()).expect("open");
-        // Written in an order far from key order.
-        for i in (0..N).rev().step_by(2).chain((0..N).step_by(2)) {
-            db.put(key(i), value(i, 0, len_of(i))).expect("put");
-        }
+        write_out_of_order(&db);
         let want: Vec<_> = (0..N).map(|i| (key(i), value(i, 0, len_of(i)))).collect();
         db.compact().expect("compact");
         assert_eq!(scan(&db).expect("scan"), want, "gc {gc}");
@@ -903,9 +908,7 @@ fn an_idle_database_settles_its_values_in_key_order() {
             ..opts(&fs, 1024)
         };
         let db = Db::open(dir(), o.clone()).expect("open");
-        for i in (0..N).rev().step_by(2).chain((0..N).step_by(2)) {
-            db.put(key(i), value(i, 0, len_of(i))).expect("put");
-        }
+        write_out_of_order(&db);
         db.flush().expect("flush");
         let want = expected(0);
         let unsettled = (N / 2 * BIG) as u64;
@@ -958,9 +961,7 @@ fn settling_rewrites_deeper_tables_in_place() {
     // Loaded without settling: background compactions move the tables
     // to level 1 and leave the values in the journals.
     let db = Db::open(dir(), o.clone()).expect("open");
-    for i in (0..N).rev().step_by(2).chain((0..N).step_by(2)) {
-        db.put(key(i), value(i, 0, len_of(i))).expect("put");
-    }
+    write_out_of_order(&db);
     db.flush().expect("flush");
     assert!(
         wait_for(&db, 30, |s| s.tables_per_level[0] == 0),
