@@ -87,6 +87,10 @@ pub struct Row {
     /// CPU cores other processes (and the hypervisor) took during the
     /// phase: a figure measured beside them is not one of this machine.
     pub others_cpu: Option<f64>,
+    /// CPU seconds the benchmark's process (engine and client) used in
+    /// the phase: per operation, a figure that drifts far less than rates
+    /// on a shared machine.
+    pub own_cpu_secs: Option<f64>,
 }
 
 impl Row {
@@ -107,6 +111,11 @@ impl Row {
     /// or a measured limit.
     pub fn target_met(&self) -> Option<bool> {
         Some(self.ratio()? >= self.target?)
+    }
+    /// The process's CPU per operation, in microseconds, where measured.
+    pub fn cpu_us_per_op(&self) -> Option<f64> {
+        let secs = self.own_cpu_secs?;
+        (self.ops > 0).then(|| secs * 1e6 / self.ops as f64)
     }
 }
 

@@ -65,6 +65,9 @@ pub struct PhaseStats {
     /// the phase, in cores: machine busy time minus this process's, over
     /// the wall time.
     pub others_cpu: f64,
+    /// CPU this process used during the phase (all its threads, user and
+    /// system), in seconds.
+    pub own_cpu_secs: f64,
 }
 
 impl PhaseStats {
@@ -222,6 +225,12 @@ fn status_line(quiet: bool) -> indicatif::ProgressBar {
     bar
 }
 
+/// The CPU time of every thread of this process so far, nanoseconds.
+fn process_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
 /// Process CPU time (user, system) in clock ticks, from /proc/self/stat.
 fn cpu_ticks() -> (u64, u64) {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
@@ -289,6 +298,8 @@ struct Snapshot {
     bytes: u64,
     cpu_user: u64,
     cpu_sys: u64,
+    /// The process's CPU time, nanoseconds (finer than the ticks).
+    cpu_ns: u64,
     disk_read: u64,
     disk_write: u64,
     machine_busy: u64,
@@ -305,6 +316,7 @@ impl Snapshot {
             bytes: progress.bytes.load(Ordering::Relaxed),
             cpu_user,
             cpu_sys,
+            cpu_ns: process_cpu_ns(),
             disk_read,
             disk_write,
             machine_busy,
@@ -413,6 +425,7 @@ impl Sampler {
             } else {
                 0.0
             },
+            own_cpu_secs: end.cpu_ns.saturating_sub(self.start.cpu_ns) as f64 / 1e9,
             stalled_seconds: self.samples.iter().filter(|s| s.stalled).count() as u64,
             samples: self.samples,
             peak_rss: peak_rss(),

@@ -283,15 +283,17 @@ pub fn format_summary(device: &DeviceLimits, rows: &[Row], color: bool) -> Strin
         "rss",
         "stall",
         "others",
+        "cpu µs/op",
         "p50/p99µs",
         "check",
         "note",
     ];
     const TARGET: usize = 5;
-    const CHECK: usize = 12;
+    const CHECK: usize = 13;
     // Right-aligned columns (numbers).
     let right = [
-        false, false, false, true, false, false, true, true, true, true, true, true, false, false,
+        false, false, false, true, false, false, true, true, true, true, true, true, true, false,
+        false,
     ];
     let mut table: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
     for r in rows {
@@ -338,6 +340,7 @@ pub fn format_summary(device: &DeviceLimits, rows: &[Row], color: bool) -> Strin
                 r.stalls.to_string()
             },
             opt_f(r.others_cpu),
+            r.cpu_us_per_op().map_or_else(|| "-".into(), lat_str),
             r.latency_us.map_or_else(
                 || "-".into(),
                 |(a, b)| format!("{}/{}", lat_str(a), lat_str(b)),
@@ -585,6 +588,8 @@ fn row_json(r: &Row, ts: u64) -> serde_json::Value {
         "peak_rss": r.peak_rss,
         "stalls": r.stalls,
         "others_cpu": r.others_cpu,
+        "own_cpu_secs": r.own_cpu_secs,
+        "cpu_us_per_op": r.cpu_us_per_op(),
         "p50_us": r.latency_us.map(|l| l.0),
         "p99_us": r.latency_us.map(|l| l.1),
         "unit": r.unit,
@@ -1007,6 +1012,7 @@ mod tests {
             note: None,
             skipped: None,
             others_cpu: None,
+            own_cpu_secs: None,
         }
     }
 

@@ -23,6 +23,7 @@ pub fn row_to_json(r: &Row) -> Value {
         "unit": r.unit,
         "target": r.target, "note": r.note, "skipped": r.skipped,
         "others_cpu": r.others_cpu,
+        "own_cpu_secs": r.own_cpu_secs,
     })
 }
 
@@ -59,6 +60,7 @@ pub fn row_from_json(v: &Value) -> BenchResult<Row> {
         note: v["note"].as_str().map(str::to_owned),
         skipped: v["skipped"].as_str().map(str::to_owned),
         others_cpu: v["others_cpu"].as_f64(),
+        own_cpu_secs: v["own_cpu_secs"].as_f64(),
     })
 }
 
@@ -131,6 +133,7 @@ mod tests {
             note: Some("3 conflicts".into()),
             skipped: None,
             others_cpu: Some(0.25),
+            own_cpu_secs: Some(3.5),
         };
         let back = row_from_json(&row_to_json(&r)).expect("decodes");
         assert_eq!(format!("{back:?}"), format!("{r:?}"));

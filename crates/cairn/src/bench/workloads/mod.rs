@@ -218,6 +218,7 @@ impl Ctx {
             note,
             skipped: None,
             others_cpu: Some(stats.others_cpu),
+            own_cpu_secs: Some(stats.own_cpu_secs),
         });
         self.timelines.push((label, stats.samples));
         let row = self.rows.last();
@@ -231,9 +232,9 @@ impl Ctx {
     /// every phase instead of favouring the one that ran in a quiet
     /// moment. Operations, seconds, bytes and stalls add up, the peak RSS
     /// is the largest, write amplification is weighted by bytes, the first
-    /// failure wins, the CPU others took is averaged over time; latency,
-    /// limit, target and note are the first slice's (set them after
-    /// merging).
+    /// failure wins, the CPU others took is averaged over time and the
+    /// process's own adds up; latency, limit, target and note are the
+    /// first slice's (set them after merging).
     pub fn merge_since(&mut self, from: usize) {
         let slices = self.rows.split_off(from.min(self.rows.len()));
         let mut merged: Vec<Row> = Vec::new();
@@ -247,6 +248,10 @@ impl Ctx {
             };
             m.others_cpu = match (m.others_cpu, r.others_cpu) {
                 (Some(a), Some(b)) => Some((a * m.secs + b * r.secs) / (m.secs + r.secs).max(1e-9)),
+                (a, b) => a.or(b),
+            };
+            m.own_cpu_secs = match (m.own_cpu_secs, r.own_cpu_secs) {
+                (Some(a), Some(b)) => Some(a + b),
                 (a, b) => a.or(b),
             };
             m.write_amp = match (m.write_amp, r.write_amp) {
