@@ -6,10 +6,19 @@
 //! commit). The transaction rows carry the project's targets
 //! (`TXN_TARGET_ONE`, `TXN_TARGET_MANY`).
 //!
-//! Last, the transaction phase with the most committers runs once more
-//! with `sync: false` ("…, txn, no sync"): the same work without a single
-//! fdatasync, so its rate is what the CPU allows. Where that is below a
-//! target, no sync strategy can meet it on this machine.
+//! Each transaction phase runs once more with `sync: false` ("…, txn, no
+//! sync"): the same work without a single fdatasync, so its rate is what
+//! the CPU allows. Where that is below a target, no sync strategy can meet
+//! it on this machine. One committer also runs "1 committer, client
+//! alone": the bench making the same keys and values and handing them to
+//! no engine, the part of each transaction no engine can take away.
+//!
+//! Both bound the targets, and the transaction rows say by how much:
+//! - one committer waits for each commit's fdatasync before it makes the
+//!   next transaction, so it reaches at most `1 / (1/C + 1/F)` with `C`
+//!   the rate of its work without syncs and `F` the device's fdatasync
+//!   rate; with `C` the client's own rate this holds for any engine;
+//! - committers that share syncs reach at most `C`, their no-sync rate.
 //!
 //! A transaction whose commit meets a conflict (another committer wrote
 //! one of its keys after it began: with 8 committers × 100 keys over a
@@ -52,6 +61,9 @@ enum Via {
     Txn,
     /// A transaction committed without sync: the CPU ceiling.
     TxnNoSync,
+    /// The keys and values made and dropped, no engine called: the
+    /// client's own share of each transaction.
+    ClientAlone,
 }
 
 pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
@@ -65,13 +77,14 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
     let entry = (16 + cfg.value_len) as u64;
     let has_txn = ctx.db()?.begin().is_some();
     let most = cfg.committers.max(1);
-    for committers in [1, most] {
+    let counts: &[usize] = if most == 1 { &[1] } else { &[1, most] };
+    for &committers in counts {
         // The batch and transaction phases of one committer count run
         // back to back: the device's sync rate drifts over a run.
-        let vias: &[Via] = if committers == most {
-            &[Via::Batch, Via::Txn, Via::TxnNoSync]
+        let vias: &[Via] = if committers == 1 {
+            &[Via::Batch, Via::Txn, Via::TxnNoSync, Via::ClientAlone]
         } else {
-            &[Via::Batch, Via::Txn]
+            &[Via::Batch, Via::Txn, Via::TxnNoSync]
         };
         for &via in vias {
             let phase = format!(
@@ -81,9 +94,10 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
                     Via::Batch => "",
                     Via::Txn => ", txn",
                     Via::TxnNoSync => ", txn, no sync",
+                    Via::ClientAlone => ", client alone",
                 }
             );
-            if via != Via::Batch && !has_txn {
+            if matches!(via, Via::Txn | Via::TxnNoSync) && !has_txn {
                 ctx.skip("synctx", &phase, "no transactions in this engine's adapter");
                 continue;
             }
@@ -107,6 +121,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
                             Via::TxnNoSync => {
                                 conflicts += commit_txn(db.as_ref(), &ops, false)?;
                             }
+                            Via::ClientAlone => drop(std::hint::black_box(ops)),
                         }
                         lat.push(start.elapsed().as_nanos() as u64);
                         p.add(1, cfg.keys_per_batch as u64 * entry);
@@ -127,6 +142,11 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
                         Via::TxnNoSync => Some(format!(
                             "CPU ceiling (no fdatasync); {conflicts} conflicts (retried)"
                         )),
+                        Via::ClientAlone => Some(
+                            "the bench's own work per transaction (keys and values made, \
+                             no engine called)"
+                                .to_owned(),
+                        ),
                     },
                     ..Outcome::default()
                 })
@@ -144,7 +164,72 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
             }
         }
     }
+    note_bounds(ctx, best);
     Ok(())
+}
+
+/// Adds to each transaction row with a target the most its committers
+/// could reach with this run's CPU figures (module comment): from the
+/// engine's no-sync rate and, for one committer, from the client's own
+/// rate, which bounds any engine.
+fn note_bounds(ctx: &mut Ctx, fdatasync: f64) {
+    let rate = |ctx: &Ctx, phase: &str| {
+        ctx.rows
+            .iter()
+            .rev()
+            .find(|r| r.workload == "synctx" && r.phase == phase && r.failure.is_none())
+            .filter(|r| r.skipped.is_none() && r.secs > 0.0)
+            .map(|r| r.ops as f64 / r.secs)
+    };
+    let serial = |cpu: f64| {
+        if fdatasync > 0.0 {
+            1.0 / (1.0 / cpu + 1.0 / fdatasync)
+        } else {
+            cpu
+        }
+    };
+    let ratio = |r: f64| {
+        if fdatasync > 0.0 {
+            format!(" ({:.2} fdatasync/s)", r / fdatasync)
+        } else {
+            String::new()
+        }
+    };
+    let mut notes = Vec::new();
+    for (i, row) in ctx.rows.iter().enumerate() {
+        if row.workload != "synctx" || row.target.is_none() || !row.phase.ends_with(", txn") {
+            continue;
+        }
+        let Some(cpu) = rate(ctx, &format!("{}, no sync", row.phase)) else {
+            continue;
+        };
+        let one = row.phase.starts_with("1 committer,");
+        let mut note = if one {
+            let most = serial(cpu);
+            format!(
+                "bound {most:.0} tx/s{} from its CPU ceiling plus one fdatasync each",
+                ratio(most)
+            )
+        } else {
+            format!("bound {cpu:.0} tx/s{} from its CPU ceiling", ratio(cpu))
+        };
+        if one && let Some(client) = rate(ctx, "1 committer, client alone") {
+            let most = serial(client);
+            note.push_str(&format!(
+                "; any engine: {most:.0} tx/s{} from the client's own work plus one fdatasync each",
+                ratio(most)
+            ));
+        }
+        notes.push((i, note));
+    }
+    for (i, note) in notes {
+        if let Some(row) = ctx.rows.get_mut(i) {
+            row.note = Some(match row.note.take() {
+                Some(n) => format!("{n}; {note}"),
+                None => note,
+            });
+        }
+    }
 }
 
 /// Commits `ops` as one transaction (synced if `sync`), retrying from a
