@@ -92,6 +92,10 @@ pub struct DeviceLimits {
     pub seq_write_fresh: f64,
     /// 4 KiB random direct-IO reads, `threads` threads, one read at a time each.
     pub rand_read_4k: f64,
+    /// CPU time this process spent per read of the `rand_read_4k` point,
+    /// in microseconds (system calls, the kernel's IO path, wake-ups):
+    /// what a point read costs before any engine work.
+    pub rand_read_4k_cpu_us: f64,
     /// 4 KiB random direct-IO reads at a high queue depth (64 threads).
     pub rand_read_4k_qd: f64,
     /// Sequential direct-IO reads: the best point over 64 KiB .. 4 MiB
@@ -228,8 +232,14 @@ pub fn probe(dir: &Path, opts: &ProbeOptions) -> BenchResult<DeviceLimits> {
     }
 
     // 4. Random reads.
+    let (cpu, at) = (super::monitor::process_cpu_ns(), Instant::now());
     out.rand_read_4k =
         rand_reads(&file, len, 4 * KIB, threads, secs).map_err(ctx("random read"))?;
+    let reads = out.rand_read_4k * at.elapsed().as_secs_f64() / (4 * KIB) as f64;
+    if reads >= 1.0 {
+        let cpu_ns = super::monitor::process_cpu_ns().saturating_sub(cpu);
+        out.rand_read_4k_cpu_us = cpu_ns as f64 / 1e3 / reads;
+    }
     out.push("rand-read", 4 * KIB, threads, out.rand_read_4k);
     out.rand_read_4k_qd =
         rand_reads(&file, len, 4 * KIB, QD_THREADS, secs).map_err(ctx("random read"))?;
@@ -334,11 +344,12 @@ pub fn print(limits: &DeviceLimits) {
         mb(limits.seq_write_fresh)
     );
     println!(
-        "  {:<18} {:>10.1} MB/s  (rand-read 4 KiB x {}, one read at a time each; {:.0} IOPS)",
+        "  {:<18} {:>10.1} MB/s  (rand-read 4 KiB x {}, one read at a time each; {:.0} IOPS; {:.1} µs of CPU per read)",
         "rand_read_4k",
         mb(limits.rand_read_4k),
         limits.threads,
-        limits.rand_read_4k / 4096.0
+        limits.rand_read_4k / 4096.0,
+        limits.rand_read_4k_cpu_us
     );
     println!(
         "  {:<18} {:>10.1} MB/s  (rand-read 4 KiB x {QD_THREADS} threads; {:.0} IOPS)",

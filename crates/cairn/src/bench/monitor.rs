@@ -226,7 +226,7 @@ fn status_line(quiet: bool) -> indicatif::ProgressBar {
 }
 
 /// The CPU time of every thread of this process so far, nanoseconds.
-fn process_cpu_ns() -> u64 {
+pub fn process_cpu_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
 }

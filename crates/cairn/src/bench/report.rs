@@ -546,6 +546,7 @@ fn device_json(device: &DeviceLimits, ts: u64) -> serde_json::Value {
         "seq_write_fresh": device.seq_write_fresh,
         "rand_read_4k": device.rand_read_4k,
         "rand_read_4k_qd": device.rand_read_4k_qd,
+        "rand_read_4k_cpu_us": device.rand_read_4k_cpu_us,
         "seq_read": device.seq_read,
         "fdatasync_per_sec": device.fdatasync_per_sec,
         "fdatasync_overwrite_per_sec": device.fdatasync_overwrite_per_sec,
