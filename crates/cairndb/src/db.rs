@@ -530,6 +530,16 @@ impl Db {
         crate::compaction::compact_all(self.inner())
     }
 
+    /// Runs the settling steps the compaction thread runs once the
+    /// database is idle (`Options::settle_after_idle`), now, on this
+    /// thread, until none is left; returns how many ran. For tests that
+    /// need a step at a known point (a power cut inside one); a step
+    /// still gives way to foreground work as in the background.
+    #[doc(hidden)]
+    pub fn settle_now(&self) -> Result<u64> {
+        crate::compaction::settle_now(self.inner())
+    }
+
     /// Syncs the journal and stops background work. Later writes through
     /// any clone of this handle fail with `Closed`.
     pub fn close(self) -> Result<()> {

@@ -4,7 +4,8 @@
 //! against an oracle of what was acknowledged.
 //!
 //! A workload is a plan of steps fixed by its seed: write batches (mixed
-//! sync, some large values), flushes, compactions, reopens (each reopen
+//! sync, some large values), flushes, compactions, settling steps
+//! (`Db::settle_now`, the steps idle settling takes), reopens (each reopen
 //! writes a fresh manifest). Before every mutating IO operation the
 //! file system's hook takes crash images of the device as it is at that
 //! moment: `Clean` (only synced data), `All` (everything pending) and
@@ -268,6 +269,8 @@ struct Totals {
     nested: AtomicUsize,
     eio: AtomicUsize,
     rot: AtomicUsize,
+    /// Settling steps the workloads ran (each under power cuts).
+    settle_steps: AtomicUsize,
 }
 
 /// Runs one plan on a fresh `MemFs`, taking crash images before every
@@ -360,8 +363,9 @@ fn explore(plan: &Plan, sabotage: Sabotage, torn_variants: u64, totals: &Totals)
                 }
             });
         }
-        run_plan(plan, &fs, sabotage, &acked, &durable);
+        let settled = run_plan(plan, &fs, sabotage, &acked, &durable);
         fs.set_hook(None);
+        totals.settle_steps.fetch_add(settled, Ordering::Relaxed);
         totals
             .workload_ops
             .fetch_add(fs.op_count() as usize, Ordering::Relaxed);
@@ -371,15 +375,17 @@ fn explore(plan: &Plan, sabotage: Sabotage, torn_variants: u64, totals: &Totals)
 }
 
 /// Runs the plan's steps, publishing what is acknowledged and durable.
+/// Returns the settling steps that ran.
 fn run_plan(
     plan: &Plan,
     fs: &MemFs,
     sabotage: Sabotage,
     acked: &AtomicUsize,
     durable: &AtomicUsize,
-) {
+) -> usize {
     let open = || Db::open(dir(), options(plan, fs, sabotage)).expect("workload open");
     let mut db = Some(open());
+    let mut settled = 0;
     for step in &plan.steps {
         let Some(d) = db.as_ref() else { break };
         match step {
@@ -403,6 +409,12 @@ fn run_plan(
                 d.compact().expect("workload compact");
                 durable.fetch_max(before, Ordering::SeqCst);
             }
+            // Settling neither flushes nor syncs a write: what is durable
+            // stays as it was.
+            Step::Settle => {
+                let steps = d.settle_now().expect("workload settle");
+                settled += usize::try_from(steps).unwrap_or(usize::MAX);
+            }
             Step::Reopen => {
                 let before = acked.load(Ordering::SeqCst);
                 if let Some(d) = db.take() {
@@ -419,6 +431,7 @@ fn run_plan(
     if let Some(d) = db.take() {
         d.close().expect("workload close");
     }
+    settled
 }
 
 #[test]
@@ -435,9 +448,10 @@ fn every_crash_state_recovers_what_was_acknowledged() {
     }
     let states = totals.states.load(Ordering::Relaxed);
     println!(
-        "crash states: {states} from {seeds} workloads ({} IO ops; {} with a crash in \
-         recovery, {} with EIO in recovery, {} with bit rot), {} violations, {:.1}s",
+        "crash states: {states} from {seeds} workloads ({} IO ops, {} settling steps; {} with \
+         a crash in recovery, {} with EIO in recovery, {} with bit rot), {} violations, {:.1}s",
         totals.workload_ops.load(Ordering::Relaxed),
+        totals.settle_steps.load(Ordering::Relaxed),
         totals.nested.load(Ordering::Relaxed),
         totals.eio.load(Ordering::Relaxed),
         totals.rot.load(Ordering::Relaxed),
@@ -455,6 +469,10 @@ fn every_crash_state_recovers_what_was_acknowledged() {
     );
     if seeds >= 48 {
         assert!(states >= 50_000, "only {states} crash states explored");
+        assert!(
+            totals.settle_steps.load(Ordering::Relaxed) > 0,
+            "no workload ran a settling step"
+        );
     }
 }
 

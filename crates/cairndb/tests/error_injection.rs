@@ -97,6 +97,7 @@ fn run(plan: &Plan, fs: &MemFs, fault: Option<Fault>) -> Result<Outcome, String>
             }
             Step::Flush => d.flush().inspect(|()| out.durable = out.acked.len()),
             Step::Compact => d.compact().inspect(|()| out.durable = out.acked.len()),
+            Step::Settle => d.settle_now().map(drop),
             Step::Reopen => {
                 let closed = db.take().map(Db::close).unwrap_or(Ok(()));
                 if closed.is_ok() {

@@ -995,6 +995,46 @@ fn settling_rewrites_deeper_tables_in_place() {
     assert_settled_in_key_order(&fs, &files_with(&fs, dir(), ".values"));
 }
 
+/// `Db::settle_now` takes the steps idle settling takes, at once: level 0
+/// merged down and then each deeper table still pointing into a journal
+/// rewritten in place, until every value lies in values files in key
+/// order; under the null policy it moves nothing.
+#[test]
+fn settle_now_takes_the_idle_steps_at_once() {
+    for ratio in [0.0, 0.5] {
+        let fs = MemFs::new();
+        let o = Options {
+            journal_bytes: 64 << 10,
+            table_bytes: 1024,
+            background_compaction: false,
+            settle_after_idle: None,
+            value_gc_live_ratio: ratio,
+            ..opts(&fs, 1024)
+        };
+        let db = Db::open(dir(), o).expect("open");
+        write_out_of_order(&db);
+        db.flush().expect("flush");
+        let unsettled = (N / 2 * BIG) as u64;
+        assert_eq!(db.stats().value_bytes_unsettled, unsettled);
+        let steps = db.settle_now().expect("settle now");
+        let stats = db.stats();
+        if ratio == 0.0 {
+            assert_eq!(steps, 0);
+            assert_eq!(stats.value_bytes_unsettled, unsettled, "null policy moved");
+            continue;
+        }
+        assert!(steps >= 1, "{stats:?}");
+        assert_eq!(stats.settle_steps, steps);
+        assert_eq!(stats.value_bytes_unsettled, 0, "{stats:?}");
+        assert_eq!(stats.value_bytes_moved, unsettled);
+        assert_eq!(stats.tables_per_level[0], 0, "level 0 merged down");
+        assert_eq!(scan(&db).expect("scan"), expected(0));
+        check_reads(&db, 0, "settled now");
+        assert_settled_in_key_order(&fs, &files_with(&fs, dir(), ".values"));
+        assert_eq!(db.settle_now().expect("again"), 0, "nothing left to settle");
+    }
+}
+
 /// A settling step that meets a damaged value fails alone: nothing it
 /// wrote stays, writes go on, `Stats::settle_failures` counts it, and
 /// the damage is still reported to the reader of that key only.

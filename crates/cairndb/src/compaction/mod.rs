@@ -291,6 +291,38 @@ fn settle_step(inner: &Inner, v: &Version, idle: &mut Idle) -> Result<()> {
     }
 }
 
+/// `Db::settle_now`: settling steps run here, one after the other, as the
+/// compaction thread runs them once the database is idle, until a step
+/// finds nothing to settle or leaves as much unsettled as before (one
+/// that failed, counted as in the background, or gave way to foreground
+/// work). Returns the steps taken. For tests that cut power inside a step; nothing but
+/// the wait for idleness differs from the background's steps.
+pub(crate) fn settle_now(inner: &Inner) -> Result<u64> {
+    let _guard = inner.compaction_lock.lock();
+    inner.check_writable()?;
+    if inner.opts.value_gc_live_ratio <= 0.0 {
+        return Ok(0);
+    }
+    let mut idle = Idle::new(inner);
+    let mut steps = 0;
+    loop {
+        let v = inner.state.read().version.clone();
+        let left = v.value_bytes_unsettled();
+        let before = inner.counters.settle_steps.load(Ordering::Relaxed);
+        if left == 0 {
+            return Ok(steps);
+        }
+        settle_step(inner, &v, &mut idle)?;
+        if inner.counters.settle_steps.load(Ordering::Relaxed) == before {
+            return Ok(steps);
+        }
+        steps += 1;
+        if inner.state.read().version.value_bytes_unsettled() >= left {
+            return Ok(steps);
+        }
+    }
+}
+
 /// `settle_step`'s work; true if it found something to settle. The
 /// numbers of the tables it takes go to `taken`.
 fn settle_one(

@@ -1,8 +1,9 @@
 //! A seeded workload shared by the crash-state and error-injection tests:
 //! batches whose presence is visible (each writes keys no other batch
 //! touches), overwrites and deletes of a small hot key set, some large
-//! values (separated into the journal in most plans), flushes, compactions
-//! and reopens.
+//! values (separated into the journal in most plans), flushes, compactions,
+//! settling steps (`Db::settle_now`: the steps idle settling takes) and
+//! reopens.
 
 use cairndb::io::MemFs;
 use cairndb::{Options, Sabotage, WriteBatch};
@@ -32,6 +33,8 @@ pub enum Step {
     Write(usize),
     Flush,
     Compact,
+    /// `Db::settle_now`: what the compaction thread does once idle.
+    Settle,
     Reopen,
     Read(Vec<u8>),
 }
@@ -63,12 +66,13 @@ pub fn plan(seed: u64) -> Plan {
     let mut batches = Vec::new();
     let mut steps = Vec::new();
     for _ in 0..n_steps {
-        let roll = rng.random_range(0..100);
+        let roll = rng.random_range(0..104);
         let step = match roll {
             0..=7 => Step::Flush,
             8..=10 => Step::Compact,
             11..=13 => Step::Reopen,
             14..=18 => Step::Read(hot_key(rng.random_range(0..48))),
+            100..=103 => Step::Settle,
             _ => {
                 let b = batches.len();
                 batches.push(batch(&mut rng, b));
