@@ -320,6 +320,9 @@ pub(crate) fn settle_now(inner: &Inner) -> Result<u64> {
         if inner.state.read().version.value_bytes_unsettled() >= left {
             return Ok(steps);
         }
+        // The step wrote and installed files: as after `compact_all`, a
+        // pause it may have made needless is lifted.
+        inner.background_succeeded();
     }
 }
 
@@ -522,6 +525,12 @@ pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
     }
     inner.log_and_apply(edit, |_| {})?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
+    // A background compaction that ran out of space while this one waited
+    // for the lock paused background work; this merge did its work, and
+    // may have left the thread none to retry (no level over its target),
+    // so nothing else would lift the pause and every flush would keep
+    // reporting the old error.
+    inner.background_succeeded();
     Ok(())
 }
 
@@ -905,6 +914,33 @@ fn finish(inner: &Inner, writer: Option<(u64, TableWriter)>, level: usize) -> Re
 #[cfg(test)]
 mod tests {
     use super::{PAGE, gc_allowance, padding};
+
+    /// A full compaction that succeeds lifts a pause left by a background
+    /// compaction that ran out of space: after it, no level may be over
+    /// its target, and then nothing else would lift the pause.
+    #[test]
+    fn a_full_compaction_lifts_a_stale_pause() {
+        let fs = crate::io::MemFs::new();
+        let opts = crate::Options {
+            fs: std::sync::Arc::new(fs),
+            background_compaction: false,
+            ..crate::Options::default()
+        };
+        let db = crate::Db::open(std::path::Path::new("/db"), opts).expect("open");
+        for i in 0..3 {
+            db.put(format!("k{i}"), b"v").expect("put");
+            db.flush().expect("flush");
+        }
+        let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        assert!(
+            db.inner()
+                .background_failed(crate::Error::io("a background compaction", full))
+        );
+        assert!(db.flush().is_err(), "the pause is reported");
+        super::compact_all(db.inner()).expect("full compaction");
+        assert!(db.stats().background_paused.is_none());
+        db.flush().expect("flush after the full compaction");
+    }
 
     /// A compaction may move the floor, or as much as the writes since the
     /// one before times the pace, whichever is more.
