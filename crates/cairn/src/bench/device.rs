@@ -613,6 +613,54 @@ enum Dir {
     Write,
 }
 
+/// Reads `files` whole with direct IO, `block` bytes per request, by
+/// `threads` readers taking the files in turn; returns bytes read per
+/// second. For setting a scan beside the device reading the very bytes the
+/// scan read, at nearly the same moment: this VM's disk serves data read
+/// or written a short while ago far faster than the rest (docs/
+/// benchmarks.md, tenth session), and the probe's points read their file
+/// over and over.
+pub fn read_files_direct(files: &[PathBuf], block: usize, threads: usize) -> io::Result<f64> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let start = Instant::now();
+    let reader = |seed: u64| -> io::Result<u64> {
+        let mut buf = AlignedBuf::new(block, seed)?;
+        let mut bytes = 0u64;
+        while let Some(path) = files.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+            let file = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(path)?;
+            let mut at = 0u64;
+            loop {
+                let n = file.read_at(buf.as_mut_slice(), at)?;
+                bytes += n as u64;
+                at += n as u64;
+                if n < block {
+                    break;
+                }
+            }
+        }
+        Ok(bytes)
+    };
+    let total = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.max(1))
+            .map(|i| {
+                let reader = &reader;
+                s.spawn(move || reader(11 + i as u64))
+            })
+            .collect();
+        let mut total = 0u64;
+        for h in handles {
+            total += h
+                .join()
+                .map_err(|_| io::Error::other("reader thread panicked"))??;
+        }
+        Ok::<u64, io::Error>(total)
+    })?;
+    Ok(total as f64 / start.elapsed().as_secs_f64().max(1e-9))
+}
+
 /// Sequential IO of `block` bytes: `threads` workers, each looping over its
 /// own disjoint region of the file. Writes end with an fdatasync.
 fn seq_points(

@@ -562,6 +562,63 @@ fn read_phases(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) {
         })
     });
     set_target(ctx, RANGE_TARGET);
+    note_same_files_read(ctx);
+}
+
+/// Blocks and readers of the read of the database's own files after the
+/// range phase (`note_same_files_read`): the probe's best point on most
+/// runs here.
+const SAME_FILES_BLOCK: usize = 4 << 20;
+const SAME_FILES_READERS: usize = 4;
+
+/// Right after the range phase, the page cache dropped again, reads the
+/// database's files (those of 1 MiB and more: values files, tables,
+/// journals) whole with direct IO and notes the rate beside the scan's:
+/// the device's sequential read of the very bytes the scan read, as
+/// recently read as the scan's second pass found them. The target stays
+/// against the probe's limit; this says how much of the gap is the disk.
+fn note_same_files_read(ctx: &mut Ctx) {
+    let Some(scan) = ctx
+        .rows
+        .last()
+        .filter(|r| r.phase == "range" && r.failure.is_none() && r.secs > 0.0)
+        .map(|r| r.user_bytes as f64 / r.secs)
+    else {
+        return;
+    };
+    drop_page_cache();
+    let files: Vec<PathBuf> = match std::fs::read_dir(&ctx.dir) {
+        Ok(entries) => entries
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.metadata()
+                    .is_ok_and(|m| m.is_file() && m.len() >= 1 << 20)
+            })
+            .map(|e| e.path())
+            .collect(),
+        Err(_) => return,
+    };
+    let note = match crate::bench::device::read_files_direct(
+        &files,
+        SAME_FILES_BLOCK,
+        SAME_FILES_READERS,
+    ) {
+        Ok(rate) if rate > 0.0 => format!(
+            "the database's files read whole right after (direct, {} MiB x {SAME_FILES_READERS}): \
+             {:.1} MB/s, the scan {:.2} of it",
+            SAME_FILES_BLOCK >> 20,
+            rate / 1e6,
+            scan / rate
+        ),
+        Ok(_) => return,
+        Err(e) => format!("reading the database's files after the scan failed: {e}"),
+    };
+    if let Some(row) = ctx.rows.last_mut() {
+        row.note = Some(match row.note.take() {
+            Some(n) => format!("{n}; {note}"),
+            None => note,
+        });
+    }
 }
 
 /// Scans every key once in order, checking order, count and each value;
