@@ -240,6 +240,43 @@ fn damage_and_reopen(fs: &MemFs, db: Db, victim: &[u8], within: usize, mask: u8)
     Db::open(dir(), opts(fs, 1024)).expect("reopen")
 }
 
+/// The error for a damaged value names the file it lies in: its journal,
+/// or, once a compaction moved it, its values file.
+#[test]
+fn a_damaged_value_names_its_file() {
+    for settled in [false, true] {
+        let fs = MemFs::new();
+        let db = Db::open(dir(), opts(&fs, 1024)).expect("open");
+        write_all(&db, 0);
+        db.flush().expect("flush");
+        if settled {
+            db.compact().expect("compact");
+        }
+        db.close().expect("close");
+        let (suffix, victim) = (
+            if settled { ".values" } else { ".journal" },
+            value(4, 0, BIG),
+        );
+        let (name, at) = files_with(&fs, dir(), suffix)
+            .into_iter()
+            .find_map(|name| {
+                let bytes = cairndb::io::read_all(&fs, &dir().join(&name)).expect("read");
+                let at = bytes.windows(victim.len()).position(|w| w == victim)?;
+                Some((name, at))
+            })
+            .expect("the value in a file of its kind");
+        assert!(fs.mutate_byte(&dir().join(&name), at + 100, |b| b ^ 0x04));
+        let db = Db::open(dir(), opts(&fs, 1024)).expect("reopen");
+        match db.get(key(4)) {
+            Err(Error::Corruption { file, detail, .. }) => {
+                assert!(detail.contains("checksum"), "{detail}");
+                assert_eq!(file, dir().join(&name), "settled: {settled}");
+            }
+            other => panic!("damaged value: expected corruption, got {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_damaged_value_is_reported_not_returned() {
     let fs = MemFs::new();

@@ -234,14 +234,16 @@ impl ReadView {
     pub fn load(&self, encoded: &[u8]) -> Result<Vec<u8>> {
         let ptr = ValuePtr::decode(encoded)
             .ok_or_else(|| Error::corruption(&self.tables.dir, 0, "malformed value pointer"))?;
-        let path = files::journal(&self.tables.dir, ptr.segment);
         let Some((seg, flushed)) = self.segment(ptr.segment) else {
             return Err(Error::corruption(
-                &path,
+                files::journal(&self.tables.dir, ptr.segment),
                 ptr.offset,
                 "a value pointer names a segment the database does not hold",
             ));
         };
+        // The file the value lies in, for the errors below: a journal, or
+        // the values file a compaction moved it to.
+        let path = seg.path();
         match self.read_value(seg, &ptr, flushed) {
             Ok(Some(v)) => Ok(v),
             Ok(None) => Err(Error::corruption(

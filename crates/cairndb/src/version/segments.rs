@@ -234,6 +234,15 @@ impl SegmentFile {
         })
     }
 
+    /// The segment's file: its journal, or its values file.
+    pub fn path(&self) -> std::path::PathBuf {
+        if self.is_journal() {
+            files::journal(&self.reaper.dir, self.number)
+        } else {
+            files::values(&self.reaper.dir, self.number)
+        }
+    }
+
     pub fn mark_obsolete(&self) {
         self.obsolete.store(true, Ordering::Release);
     }
