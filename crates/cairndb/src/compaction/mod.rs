@@ -295,8 +295,9 @@ fn settle_step(inner: &Inner, v: &Version, idle: &mut Idle) -> Result<()> {
 /// compaction thread runs them once the database is idle, until a step
 /// finds nothing to settle or leaves as much unsettled as before (one
 /// that failed, counted as in the background, or gave way to foreground
-/// work). Returns the steps taken. For tests that cut power inside a step; nothing but
-/// the wait for idleness differs from the background's steps.
+/// work). Returns the steps taken. For tests that cut power inside a
+/// step; nothing but the wait for idleness differs from the background's
+/// steps.
 pub(crate) fn settle_now(inner: &Inner) -> Result<u64> {
     let _guard = inner.compaction_lock.lock();
     inner.check_writable()?;

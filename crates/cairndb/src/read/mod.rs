@@ -241,20 +241,21 @@ impl ReadView {
                 "a value pointer names a segment the database does not hold",
             ));
         };
-        // The file the value lies in, for the errors below: a journal, or
-        // the values file a compaction moved it to.
-        let path = seg.path();
+        // The file the value lies in, for the errors below (named only
+        // when one happens): a journal, or the values file a compaction
+        // moved it to.
+        let path = || seg.path();
         match self.read_value(seg, &ptr, flushed) {
             Ok(Some(v)) => Ok(v),
             Ok(None) => Err(Error::corruption(
-                &path,
+                path(),
                 ptr.offset,
                 format!("separated value of {} bytes fails its checksum", ptr.len),
             )),
             // The segment is shorter than when the pointer was made: it
             // was truncated (segments are never shortened by the engine).
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(Error::corruption(
-                &path,
+                path(),
                 ptr.offset,
                 format!(
                     "separated value of {} bytes lies past the end of its segment",
@@ -262,7 +263,7 @@ impl ReadView {
                 ),
             )),
             Err(e) => Err(Error::io(
-                format!("reading a value from {}", path.display()),
+                format!("reading a value from {}", path().display()),
                 e,
             )),
         }
