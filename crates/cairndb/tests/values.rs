@@ -221,13 +221,19 @@ fn deletes_free_values_too() {
 
 /// Offset of `needle` in the only journal that holds it.
 fn find_in_journals(fs: &MemFs, needle: &[u8]) -> (String, usize) {
-    for name in files_with(fs, dir(), ".journal") {
+    find_in(fs, ".journal", needle)
+}
+
+/// The first file whose name ends in `suffix` holding `needle`, and
+/// where.
+fn find_in(fs: &MemFs, suffix: &str, needle: &[u8]) -> (String, usize) {
+    for name in files_with(fs, dir(), suffix) {
         let bytes = cairndb::io::read_all(fs, &dir().join(&name)).expect("read");
         if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
             return (name, at);
         }
     }
-    panic!("value not found in any journal");
+    panic!("value not found in any {suffix} file");
 }
 
 /// Flushes and closes `db`, flips the bits `mask` of the byte `within`
@@ -253,18 +259,8 @@ fn a_damaged_value_names_its_file() {
             db.compact().expect("compact");
         }
         db.close().expect("close");
-        let (suffix, victim) = (
-            if settled { ".values" } else { ".journal" },
-            value(4, 0, BIG),
-        );
-        let (name, at) = files_with(&fs, dir(), suffix)
-            .into_iter()
-            .find_map(|name| {
-                let bytes = cairndb::io::read_all(&fs, &dir().join(&name)).expect("read");
-                let at = bytes.windows(victim.len()).position(|w| w == victim)?;
-                Some((name, at))
-            })
-            .expect("the value in a file of its kind");
+        let suffix = if settled { ".values" } else { ".journal" };
+        let (name, at) = find_in(&fs, suffix, &value(4, 0, BIG));
         assert!(fs.mutate_byte(&dir().join(&name), at + 100, |b| b ^ 0x04));
         let db = Db::open(dir(), opts(&fs, 1024)).expect("reopen");
         match db.get(key(4)) {
