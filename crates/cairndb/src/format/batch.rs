@@ -64,22 +64,7 @@ pub fn decode(rep: &[u8]) -> Result<Decoded<'_>, String> {
     let count = r.u32_le().ok_or("batch header truncated")?;
     let mut ops = Vec::with_capacity((count as usize).min(rep.len()));
     for i in 0..count {
-        // Pointers are made when a batch is applied, never stored in one.
-        let kind = match r.u8() {
-            Some(0) => Kind::Delete,
-            Some(1) => Kind::Put,
-            _ => return Err(format!("op {i}: bad kind")),
-        };
-        let key = r
-            .len_prefixed()
-            .ok_or_else(|| format!("op {i}: key truncated"))?;
-        let value = match kind {
-            Kind::Put => r
-                .len_prefixed()
-                .ok_or_else(|| format!("op {i}: value truncated"))?,
-            Kind::Delete | Kind::Pointer => &[],
-        };
-        ops.push(Op { kind, key, value });
+        ops.push(read_op(&mut r).map_err(|e| format!("op {i}: {e}"))?);
     }
     if !r.is_empty() {
         return Err(format!(
@@ -88,6 +73,31 @@ pub fn decode(rep: &[u8]) -> Result<Decoded<'_>, String> {
         ));
     }
     Ok(Decoded { first_seqno, ops })
+}
+
+/// Reads one op at the reader's position.
+fn read_op<'a>(r: &mut Reader<'a>) -> Result<Op<'a>, &'static str> {
+    // Pointers are made when a batch is applied, never stored in one.
+    let kind = match r.u8() {
+        Some(0) => Kind::Delete,
+        Some(1) => Kind::Put,
+        _ => return Err("bad kind"),
+    };
+    let key = r.len_prefixed().ok_or("key truncated")?;
+    let value = match kind {
+        Kind::Put => r.len_prefixed().ok_or("value truncated")?,
+        Kind::Delete | Kind::Pointer => &[],
+    };
+    Ok(Op { kind, key, value })
+}
+
+/// The op that starts at byte `at` of payload `rep` (an offset
+/// [`push_op`] appended at) and the offset just past it; `None` if no
+/// whole op starts there.
+pub fn op_at(rep: &[u8], at: usize) -> Option<(Op<'_>, usize)> {
+    let mut r = Reader::new(rep.get(at..)?);
+    let op = read_op(&mut r).ok()?;
+    Some((op, at + r.pos()))
 }
 
 /// Bytes of the durability mark before the batch in a journal record of

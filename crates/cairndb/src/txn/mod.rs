@@ -21,18 +21,20 @@
 //! serializable transaction commits only if nothing it read changed
 //! between its snapshot and its commit point.
 
+mod own;
 pub(crate) mod recent;
 pub(crate) mod registry;
 
 use crate::db::Db;
 use crate::error::{Error, Result};
+use crate::format::batch as codec;
 use crate::options::WriteOptions;
 use crate::read::ReadView;
 use crate::read::iter::{Iter, KeyValue};
-use crate::write::batch::WriteBatch;
+use own::{OwnWrite, OwnWrites};
 use recent::RecentWrites;
 use registry::Pin;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::ops::{Bound, RangeBounds};
 
 /// How a transaction is checked at commit.
@@ -50,20 +52,22 @@ pub enum Isolation {
 
 /// A scanned key range, as owned bounds.
 type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
-/// A buffered write: `Some(value)` for a put, `None` for a delete.
-type OwnWrite = (Vec<u8>, Option<Vec<u8>>);
 
-/// What a commit checks, run by the group-commit leader.
+/// What a commit checks, run by the group-commit leader: the keys of the
+/// batch it goes with, and these.
 pub(crate) struct Validation {
     snapshot: u64,
+    /// Keys read (serializable) or read for update, written or not.
     keys: BTreeSet<Vec<u8>>,
     ranges: Vec<KeyRange>,
 }
 
 impl Validation {
-    /// `Ok` if nothing checked changed after the snapshot, in `view` (the
-    /// committed state) or in `written` (keys of the group's earlier
-    /// members); `Err(Conflict)` naming the first change otherwise.
+    /// `Ok` if nothing checked — the keys of `rep`, the batch this check
+    /// goes with, and the check's own — changed after the snapshot, in
+    /// `view` (the committed state) or in `written` (keys of the group's
+    /// earlier members); `Err(Conflict)` naming the first change
+    /// otherwise.
     ///
     /// `committed` is the last committed seqno: when it is not above the
     /// snapshot, nothing was committed since the transaction began and
@@ -74,6 +78,7 @@ impl Validation {
     /// `make_view`) only for the others and for ranges.
     pub(crate) fn run(
         &self,
+        rep: &[u8],
         committed: u64,
         recent: &RecentWrites,
         written: &BTreeSet<Vec<u8>>,
@@ -82,12 +87,12 @@ impl Validation {
     ) -> Result<()> {
         let conflict = |what: String| Err(Error::Conflict(what));
         let changed = committed > self.snapshot;
-        for k in &self.keys {
+        let mut check = |k: &[u8]| -> Result<()> {
             if written.contains(k) {
                 return conflict(format!("key {k:?} written by a commit in the same group"));
             }
             if !changed || !recent.may_have_changed(k, self.snapshot) {
-                continue;
+                return Ok(());
             }
             let view = view.get_or_insert_with(make_view);
             if let Some(s) = view.newest_seqno_after(k, self.snapshot)? {
@@ -95,6 +100,20 @@ impl Validation {
                     "key {k:?} written at seqno {s} after snapshot {}",
                     self.snapshot
                 ));
+            }
+            Ok(())
+        };
+        // A lone committer's check: nothing committed since the snapshot
+        // and no earlier member, so no key can conflict.
+        if changed || !written.is_empty() {
+            let ops = codec::decode(rep)
+                .map_err(|d| Error::Poisoned(format!("internal: batch does not decode: {d}")))?
+                .ops;
+            for op in &ops {
+                check(op.key)?;
+            }
+            for k in &self.keys {
+                check(k)?;
             }
         }
         for (lo, hi) in &self.ranges {
@@ -134,8 +153,8 @@ pub struct Transaction {
     pin: Pin,
     snapshot: u64,
     isolation: Isolation,
-    /// Buffered writes: `Some(value)` for a put, `None` for a delete.
-    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Buffered writes, encoded as the batch the commit writes.
+    writes: OwnWrites,
     /// Keys read (serializable only): checked if the transaction writes.
     reads: BTreeSet<Vec<u8>>,
     /// Keys read with `get_for_update`: always checked.
@@ -177,7 +196,7 @@ impl Transaction {
             pin,
             snapshot,
             isolation,
-            writes: BTreeMap::new(),
+            writes: OwnWrites::default(),
             reads: BTreeSet::new(),
             locked: BTreeSet::new(),
             ranges: Vec::new(),
@@ -208,7 +227,7 @@ impl Transaction {
         self.check_open()?;
         let key = key.as_ref();
         if let Some(w) = self.writes.get(key) {
-            return Ok(w.clone());
+            return Ok(w.map(<[u8]>::to_vec));
         }
         if self.isolation == Isolation::Serializable {
             self.reads.insert(key.to_vec());
@@ -225,28 +244,23 @@ impl Transaction {
         let key = key.as_ref();
         self.locked.insert(key.to_vec());
         if let Some(w) = self.writes.get(key) {
-            return Ok(w.clone());
+            return Ok(w.map(<[u8]>::to_vec));
         }
         self.db.inner().view().get(key, self.snapshot)
     }
 
-    /// Buffers a put (checked against the documented limits now).
+    /// Buffers a put. Checked against the documented limits now: for a
+    /// key, a value, and the batch the commit will write (where a key
+    /// written again counts once).
     pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
         self.check_open()?;
-        let (key, value) = (key.as_ref(), value.as_ref());
-        crate::write::batch::check_key(key)?;
-        crate::write::batch::check_value(value)?;
-        self.writes.insert(key.to_vec(), Some(value.to_vec()));
-        Ok(())
+        self.writes.put(key.as_ref(), value.as_ref())
     }
 
     /// Buffers a delete.
     pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
         self.check_open()?;
-        let key = key.as_ref();
-        crate::write::batch::check_key(key)?;
-        self.writes.insert(key.to_vec(), None);
-        Ok(())
+        self.writes.delete(key.as_ref())
     }
 
     /// Keys and values in `range` as this transaction sees them (its own
@@ -259,11 +273,7 @@ impl Transaction {
         if self.isolation == Isolation::Serializable {
             self.ranges.push((lo.clone(), hi.clone()));
         }
-        let own: Vec<OwnWrite> = self
-            .writes
-            .range::<Vec<u8>, _>((lo.clone(), hi.clone()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let own: Vec<OwnWrite> = self.writes.range(&lo, &hi);
         let base = Iter::new(self.db.inner().view(), self.snapshot, lo, hi);
         Ok(TxnIter {
             base: base.peekable(),
@@ -300,14 +310,7 @@ impl Transaction {
         } else {
             keys.append(&mut self.reads);
         }
-        let mut batch = WriteBatch::new();
-        for (k, v) in writes {
-            match &v {
-                Some(v) => batch.put(&k, v)?,
-                None => batch.delete(&k)?,
-            }
-            keys.insert(k);
-        }
+        let batch = writes.into_batch();
         let check = Validation {
             snapshot: self.snapshot,
             keys,

@@ -66,15 +66,17 @@ impl WriteBatch {
     pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
         let (key, value) = (key.as_ref(), value.as_ref());
         check_value(value)?;
-        self.push(Kind::Put, key, value)
+        self.push(Kind::Put, key, value).map(drop)
     }
 
     /// Adds a delete (a no-op for a missing key).
     pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
-        self.push(Kind::Delete, key.as_ref(), &[])
+        self.push(Kind::Delete, key.as_ref(), &[]).map(drop)
     }
 
-    fn push(&mut self, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
+    /// Appends an op (a put's value already checked); returns the offset
+    /// in `rep` where it starts (`format::batch::op_at` reads it back).
+    pub(crate) fn push(&mut self, kind: Kind, key: &[u8], value: &[u8]) -> Result<usize> {
         check_key(key)?;
         if self.count as usize >= BATCH_OPS_MAX {
             return Err(Error::LimitExceeded {
@@ -91,10 +93,11 @@ impl WriteBatch {
                 max: BATCH_BYTES_MAX as u64,
             });
         }
+        let at = self.rep.len();
         codec::push_op(&mut self.rep, kind, key, value);
         self.count += 1;
         codec::set_count(&mut self.rep, self.count);
-        Ok(())
+        Ok(at)
     }
 
     /// Number of operations.

@@ -244,7 +244,9 @@ impl Inner {
             .enumerate()
             .map(|(i, p)| {
                 let verdict = match &p.check {
-                    Some(check) => check.run(committed, recent, &written, &mut view, &make_view),
+                    Some(check) => {
+                        check.run(&p.rep, committed, recent, &written, &mut view, &make_view)
+                    }
                     None => Ok(()),
                 };
                 match verdict {
