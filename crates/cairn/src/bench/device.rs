@@ -733,14 +733,83 @@ fn sync_rate(
 ) -> io::Result<f64> {
     let file = open(path, direct, true)?;
     if overwrite {
-        let fill = AlignedBuf::new(MIB, 5)?;
-        let mut at = 0;
-        while at < max_bytes {
-            file.write_all_at(fill.as_slice(), at)?;
-            at += MIB as u64;
-        }
-        file.sync_all()?;
+        prefill(&file, max_bytes)?;
     }
+    let (n, took) = timed_syncs(&file, secs, max_bytes)?;
+    Ok(n as f64 / took)
+}
+
+/// Writes `[0, len)` of `file` and syncs it, size included.
+fn prefill(file: &File, len: u64) -> io::Result<()> {
+    let fill = AlignedBuf::new(MIB, 5)?;
+    let mut at = 0;
+    while at < len {
+        file.write_all_at(fill.as_slice(), at)?;
+        at += MIB as u64;
+    }
+    file.sync_all()
+}
+
+/// Writes of 1 MiB by the writer of [`sync_rate_beside`].
+const BESIDE_BLOCK: usize = MIB;
+/// The writer of [`sync_rate_beside`] wraps around after this many bytes.
+const BESIDE_MAX_BYTES: u64 = 256 * MIB as u64;
+
+/// The device's rate of 4 KiB overwrites + fdatasync (as
+/// `fdatasync_overwrite_per_sec`) over `secs`, measured while a second
+/// thread writes another file sequentially at `beside` bytes/s, in 1 MiB
+/// writes (direct IO where it works, else each followed by fdatasync):
+/// the way a store's flushes and compactions write tables beside its
+/// journal. Returns the fdatasyncs made, the seconds they took and the
+/// writer's achieved bytes/s.
+pub fn sync_rate_beside(dir: &Path, beside: f64, secs: f64) -> io::Result<(u64, f64, f64)> {
+    let mut files = Cleanup::new(dir);
+    let sync_path = files.path("beside-sync");
+    let file = open(&sync_path, false, true)?;
+    prefill(&file, SYNC_MAX_BYTES)?;
+    let bg_path = files.path("beside-writes");
+    let direct = direct_io_works(&bg_path)?.is_ok();
+    let bg = open(&bg_path, direct, true)?;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (syncs, written) = std::thread::scope(|s| {
+        let writer = s.spawn(|| -> io::Result<u64> {
+            let buf = AlignedBuf::new(BESIDE_BLOCK, 9)?;
+            let start = Instant::now();
+            let mut written = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let due = start + Duration::from_secs_f64(written as f64 / beside.max(1.0));
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep((due - now).min(Duration::from_millis(50)));
+                    continue;
+                }
+                bg.write_all_at(buf.as_slice(), written % BESIDE_MAX_BYTES)?;
+                if !direct {
+                    bg.sync_data()?;
+                }
+                written += BESIDE_BLOCK as u64;
+            }
+            Ok(written)
+        });
+        let syncs = timed_syncs(&file, secs, SYNC_MAX_BYTES);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let written = writer
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("background writer panicked")));
+        (syncs, written)
+    });
+    drop((file, bg));
+    files.remove(&sync_path);
+    files.remove(&bg_path);
+    settle(dir);
+    let (n, took) = syncs?;
+    Ok((n, took, written? as f64 / took))
+}
+
+/// 4 KiB writes over `file` from offset 0, each followed by fdatasync,
+/// for `secs` (or until `max_bytes`); the fdatasyncs made and the seconds
+/// they took.
+fn timed_syncs(file: &File, secs: f64, max_bytes: u64) -> io::Result<(u64, f64)> {
     let buf = AlignedBuf::new(SYNC_BLOCK, 3)?;
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(secs);
@@ -754,7 +823,7 @@ fn sync_rate(
             break;
         }
     }
-    Ok(n as f64 / start.elapsed().as_secs_f64().max(1e-9))
+    Ok((n, start.elapsed().as_secs_f64().max(1e-9)))
 }
 
 /// fio over the probe file: sequential 1 MiB write, random 4 KiB reads at

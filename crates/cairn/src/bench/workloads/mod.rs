@@ -302,6 +302,29 @@ impl Ctx {
         }
     }
 
+    /// Records a row measured outside the engine (a device figure beside
+    /// the engine's rows): `ops` in `secs`, against `limit`.
+    pub fn measured(
+        &mut self,
+        workload: &str,
+        phase: &str,
+        (ops, secs): (u64, f64),
+        limit: Option<(String, f64)>,
+        note: String,
+    ) {
+        self.rows.push(Row {
+            engine: self.engine_name.clone(),
+            workload: workload.to_owned(),
+            phase: phase.to_owned(),
+            ops,
+            secs,
+            limit: limit.filter(|(_, l)| *l > 0.0),
+            unit: "ops/s",
+            note: Some(note),
+            ..Row::default()
+        });
+    }
+
     /// Records that `phase` of `workload` did not run on this engine, and
     /// why (a SKIP row without figures).
     pub fn skip(&mut self, workload: &str, phase: &str, reason: &str) {

@@ -20,6 +20,15 @@
 //!   rate; with `C` the client's own rate this holds for any engine;
 //! - committers that share syncs reach at most `C`, their no-sync rate.
 //!
+//! One more row, "device: fdatasync beside table writes", runs no engine:
+//! the device's sync rate while another file takes the user bytes that
+//! transactions at `TXN_TARGET_ONE` of the sync rate carry. A store that
+//! keeps its data anywhere but its journal writes those bytes again, in
+//! the background, once a load outlasts its memtables; on a disk where
+//! such writes slow the syncs beside them (this VM's), that row bounds
+//! the one-committer target for any such store, and the transaction row
+//! says by how much.
+//!
 //! A transaction whose commit meets a conflict (another committer wrote
 //! one of its keys after it began: with 8 committers × 100 keys over a
 //! million keys, a few per cent of commits) is retried from a new begin;
@@ -39,6 +48,10 @@ pub const TXN_TARGET_ONE: f64 = 0.90;
 pub const TXN_TARGET_MANY: f64 = 3.0;
 /// Committers `TXN_TARGET_MANY` is set for.
 const TXN_TARGET_MANY_COMMITTERS: usize = 8;
+/// The device row measured after the one-committer phases.
+const DEVICE_BESIDE: &str = "device: fdatasync beside table writes";
+/// Seconds of that measurement.
+const BESIDE_SECS: f64 = 2.0;
 /// Attempts per transaction before the phase gives up.
 const TXN_ATTEMPTS_MAX: u32 = 100;
 
@@ -163,9 +176,42 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
                 };
             }
         }
+        if committers == 1 && best > 0.0 {
+            device_beside(ctx, cfg, best, entry, &limit);
+        }
     }
     note_bounds(ctx, best);
     Ok(())
+}
+
+/// Measures the device's sync rate while another file takes the user
+/// bytes of transactions at `TXN_TARGET_ONE` of the sync rate: the table
+/// writes any store that keeps its data in more than its journal makes
+/// beside its commits, once the load lasts longer than its memory holds.
+fn device_beside(
+    ctx: &mut Ctx,
+    cfg: &Config,
+    fdatasync: f64,
+    entry: u64,
+    limit: &Option<(String, f64)>,
+) {
+    let beside = TXN_TARGET_ONE * fdatasync * (cfg.keys_per_batch as u64 * entry) as f64;
+    match crate::bench::device::sync_rate_beside(&ctx.root, beside, BESIDE_SECS) {
+        Ok((syncs, secs, reached)) => ctx.measured(
+            "synctx",
+            DEVICE_BESIDE,
+            (syncs, secs),
+            limit.clone(),
+            format!(
+                "no engine: 4 KiB overwrite + fdatasync while another file takes \
+                 {:.1} MB/s in 1 MiB writes (asked {:.1}: the user bytes of \
+                 transactions at {TXN_TARGET_ONE:.2} fdatasync/s)",
+                reached / 1e6,
+                beside / 1e6
+            ),
+        ),
+        Err(e) => ctx.skip("synctx", DEVICE_BESIDE, &format!("probe failed: {e}")),
+    }
 }
 
 /// Adds to each transaction row with a target the most its committers
@@ -219,6 +265,13 @@ fn note_bounds(ctx: &mut Ctx, fdatasync: f64) {
                 "; any engine: {most:.0} tx/s{} from the client's own work plus one fdatasync each",
                 ratio(most)
             ));
+            if let Some(loaded) = rate(ctx, DEVICE_BESIDE) {
+                let most = 1.0 / (1.0 / client + 1.0 / loaded);
+                note.push_str(&format!(
+                    "; {most:.0} tx/s{} with its tables written beside (the device row)",
+                    ratio(most)
+                ));
+            }
         }
         notes.push((i, note));
     }
