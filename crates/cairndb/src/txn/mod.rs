@@ -81,7 +81,7 @@ impl Validation {
         rep: &[u8],
         committed: u64,
         recent: &RecentWrites,
-        written: &BTreeSet<Vec<u8>>,
+        written: &BTreeSet<&[u8]>,
         view: &mut Option<ReadView>,
         make_view: &dyn Fn() -> ReadView,
     ) -> Result<()> {
@@ -117,10 +117,8 @@ impl Validation {
             }
         }
         for (lo, hi) in &self.ranges {
-            if written
-                .range::<Vec<u8>, _>((lo.clone(), hi.clone()))
-                .next()
-                .is_some()
+            let within = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
+            if written.range::<[u8], _>(within).next().is_some()
             {
                 return conflict("a scanned range written by a commit in the same group".into());
             }

@@ -235,7 +235,9 @@ impl Inner {
         let mut view = None;
         let make_view = || self.view();
         let committed = self.last_seqno.load(Ordering::Acquire);
-        let mut written: BTreeSet<Vec<u8>> = BTreeSet::new();
+        // The keys of the accepted members so far, borrowed from their
+        // batches.
+        let mut written: BTreeSet<&[u8]> = BTreeSet::new();
         // Members after the last checked one need no record of what the
         // members before them wrote.
         let last_checked = group.iter().rposition(|p| p.check.is_some());
@@ -254,7 +256,7 @@ impl Inner {
                         if last_checked.is_some_and(|last| i < last)
                             && let Ok(d) = codec::decode(&p.rep)
                         {
-                            written.extend(d.ops.iter().map(|op| op.key.to_vec()));
+                            written.extend(d.ops.iter().map(|op| op.key));
                         }
                         true
                     }
