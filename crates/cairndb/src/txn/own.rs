@@ -59,7 +59,9 @@ fn xxh3(key: &[u8]) -> u64 {
 }
 
 pub(crate) struct OwnWrites {
-    batch: WriteBatch,
+    /// `None` until the first write: a read-only transaction allocates
+    /// nothing for its writes.
+    batch: Option<WriteBatch>,
     /// Hash of a key → offsets in `batch` of the latest op of each key
     /// with that hash (almost always one).
     index: HashMap<u64, SmallVec<[u32; 1]>, BuildHasherDefault<Prehashed>>,
@@ -92,7 +94,7 @@ impl OwnWrites {
     /// With `hash` in place of xxh3: tests force collisions with it.
     fn with_hash(hash: fn(&[u8]) -> u64) -> Self {
         OwnWrites {
-            batch: WriteBatch::new(),
+            batch: None,
             index: HashMap::default(),
             dead: 0,
             hash,
@@ -113,7 +115,7 @@ impl OwnWrites {
     /// `Some(None)` for a delete, `None` if the transaction did not write
     /// it.
     pub fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
-        let rep = &self.batch.rep;
+        let rep = &self.batch.as_ref()?.rep;
         let slot = self.index.get(&(self.hash)(key))?;
         slot.iter().find_map(|&at| {
             let (op, _) = op(rep, at);
@@ -134,19 +136,24 @@ impl OwnWrites {
     }
 
     fn write(&mut self, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
-        let at = match self.batch.push(kind, key, value) {
+        let batch = self.batch.get_or_insert_with(WriteBatch::new);
+        let at = match batch.push(kind, key, value) {
             Ok(at) => at,
             // At a batch limit, dropping the dead ops may make room.
             Err(e) if self.dead == 0 => return Err(e),
             Err(_) => {
                 self.compact();
-                self.batch.push(kind, key, value)?
+                let batch = self.batch.get_or_insert_with(WriteBatch::new);
+                batch.push(kind, key, value)?
             }
         };
         // `WriteBatch` keeps a batch under `BATCH_BYTES_MAX`, which fits
         // 32 bits (limits.rs).
         let at = at as u32;
-        let rep = &self.batch.rep;
+        let Some(batch) = &self.batch else {
+            return Ok(());
+        };
+        let rep = &batch.rep;
         let slot = self.index.entry((self.hash)(key)).or_default();
         match slot.iter_mut().find(|o| op(rep, **o).0.key == key) {
             Some(old) => {
@@ -156,7 +163,7 @@ impl OwnWrites {
             }
             None => slot.push(at),
         }
-        if self.dead >= COMPACT_MIN && self.dead > self.batch.size_bytes() / 2 {
+        if self.dead >= COMPACT_MIN && self.dead > batch.size_bytes() / 2 {
             self.compact();
         }
         Ok(())
@@ -171,15 +178,18 @@ impl OwnWrites {
 
     /// Rebuilds the batch from its live ops, in the order they were made.
     fn compact(&mut self) {
-        let old = std::mem::take(&mut self.batch);
+        let Some(old) = self.batch.take() else {
+            return;
+        };
         let live = self.live();
         self.index.clear();
         self.dead = 0;
+        let batch = self.batch.insert(WriteBatch::new());
         for at in live {
             let (op, _) = op(&old.rep, at);
             // Each op fitted in the old batch with the dead ones beside
             // it, so it fits in the new one.
-            if let Ok(at) = self.batch.push(op.kind, op.key, op.value) {
+            if let Ok(at) = batch.push(op.kind, op.key, op.value) {
                 self.index
                     .entry((self.hash)(op.key))
                     .or_default()
@@ -194,13 +204,16 @@ impl OwnWrites {
         if self.dead > 0 {
             self.compact();
         }
-        self.batch
+        self.batch.unwrap_or_default()
     }
 
     /// Copies of the latest writes of the keys between `lo` and `hi`, in
     /// key order.
     pub fn range(&self, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> Vec<OwnWrite> {
-        let rep = &self.batch.rep;
+        let Some(batch) = &self.batch else {
+            return Vec::new();
+        };
+        let rep = &batch.rep;
         let within = (
             lo.as_ref().map(Vec::as_slice),
             hi.as_ref().map(Vec::as_slice),
@@ -313,11 +326,8 @@ mod tests {
         for _ in 0..10_000 {
             own.put(b"k", &value).expect("put");
         }
-        assert!(
-            own.batch.size_bytes() < 4 * COMPACT_MIN,
-            "{} bytes buffered for one key",
-            own.batch.size_bytes()
-        );
+        let held = own.batch.as_ref().map_or(0, WriteBatch::size_bytes);
+        assert!(held < 4 * COMPACT_MIN, "{held} bytes buffered for one key");
         assert_eq!(own.into_batch().len(), 1);
     }
 }
