@@ -573,6 +573,7 @@ impl Db {
             write_group_batches: inner.counters.grouped_batches.load(Ordering::Relaxed),
             value_reads: view.reads.as_option(),
             value_reads_cached: inner.policy.counts().0,
+            value_reads_unasked: inner.policy.unasked(),
             value_reads_direct: inner.policy.counts().1,
             value_reads_buffered: inner.policy.counts().2,
             value_read_batches: inner.policy.batches(),
@@ -651,6 +652,10 @@ pub struct Stats {
     pub value_reads_cached: u64,
     pub value_reads_direct: u64,
     pub value_reads_buffered: u64,
+    /// Reads of `CachedElseDirect` that did not ask the page cache first
+    /// (counted in `value_reads_direct` too): asking is thinned while the
+    /// page cache keeps missing (read/policy.rs).
+    pub value_reads_unasked: u64,
     /// Batches of direct reads handed to the kernel together, in flight
     /// at once, through io_uring (Linux): a scan window or a `multi_get`
     /// of at least 4 device runs, since open. Their reads are also

@@ -210,8 +210,12 @@ pub fn cairn_options(
 /// How CairnDB read its flushed values since open, for phase notes.
 fn value_reads_note(s: &cairndb::Stats) -> String {
     format!(
-        "value reads {:?}: {} cached, {} direct, {} buffered",
-        s.value_reads, s.value_reads_cached, s.value_reads_direct, s.value_reads_buffered
+        "value reads {:?}: {} cached, {} direct ({} without asking the page cache), {} buffered",
+        s.value_reads,
+        s.value_reads_cached,
+        s.value_reads_direct,
+        s.value_reads_unasked,
+        s.value_reads_buffered
     )
 }
 

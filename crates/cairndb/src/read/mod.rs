@@ -215,11 +215,13 @@ impl ReadView {
         flushed: bool,
     ) -> std::io::Result<Option<Vec<u8>>> {
         let how = if flushed { self.reads } else { How::PageCache };
-        if how == How::CachedElseDirect
-            && let Some(v) = seg.read_cached(ptr)?
-        {
-            self.policy.count(Served::Cached);
-            return Ok(Some(v));
+        if how == How::CachedElseDirect && self.policy.ask_cache() {
+            let cached = seg.read_cached(ptr)?;
+            self.policy.asked_cache(cached.is_some());
+            if let Some(v) = cached {
+                self.policy.count(Served::Cached);
+                return Ok(Some(v));
+            }
         }
         let direct = how.direct_misses();
         self.policy.count(if direct {

@@ -12,9 +12,16 @@
 //! live separated values are more than the system's available memory,
 //! and plain buffered reads otherwise, looking again at most once a
 //! second.
+//!
+//! Asking costs a system call (`cachestat`) and a buffer per read, about
+//! a tenth of a point read's CPU (docs/benchmarks.md, "Eleventh
+//! session"), and on data far larger than memory nearly every answer is
+//! no: direct reads do not fill the page cache. So after
+//! `THIN_AFTER_MISSES` answers in a row were no, only one read in
+//! `THIN_EVERY` asks; the first yes makes every read ask again.
 
 use crate::options::ValueReads;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 /// How one view reads a flushed value: `ValueReads` without `Auto`.
@@ -54,6 +61,11 @@ pub enum Served {
 /// Milliseconds between two looks at the available memory under `Auto`.
 const LOOK_EVERY_MS: u64 = 1000;
 
+/// Page-cache misses in a row after which reads ask the cache only
+/// `1 / THIN_EVERY` of the time.
+const THIN_AFTER_MISSES: u32 = 64;
+const THIN_EVERY: u32 = 16;
+
 /// `Options::value_reads` for one database, and its counters.
 pub struct ReadPolicy {
     mode: ValueReads,
@@ -69,6 +81,12 @@ pub struct ReadPolicy {
     buffered: AtomicU64,
     /// Windows of scans read as one batch through io_uring.
     batches: AtomicU64,
+    /// Page-cache misses in a row (saturating at `THIN_AFTER_MISSES`).
+    misses_in_row: AtomicU32,
+    /// Reads since thinning began, to pick every `THIN_EVERY`th.
+    thinned_reads: AtomicU32,
+    /// Reads that did not ask the page cache, thinned.
+    unasked: AtomicU64,
 }
 
 impl ReadPolicy {
@@ -83,7 +101,42 @@ impl ReadPolicy {
             direct: AtomicU64::new(0),
             buffered: AtomicU64::new(0),
             batches: AtomicU64::new(0),
+            misses_in_row: AtomicU32::new(0),
+            thinned_reads: AtomicU32::new(0),
+            unasked: AtomicU64::new(0),
         }
+    }
+
+    /// Whether a read of `How::CachedElseDirect` asks the page cache
+    /// first (module header: asking is thinned while it keeps missing).
+    pub fn ask_cache(&self) -> bool {
+        if self.misses_in_row.load(Ordering::Relaxed) < THIN_AFTER_MISSES {
+            return true;
+        }
+        let ask = self
+            .thinned_reads
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(THIN_EVERY);
+        if !ask {
+            self.unasked.fetch_add(1, Ordering::Relaxed);
+        }
+        ask
+    }
+
+    /// What asking the page cache found.
+    pub fn asked_cache(&self, hit: bool) {
+        if hit {
+            if self.misses_in_row.load(Ordering::Relaxed) != 0 {
+                self.misses_in_row.store(0, Ordering::Relaxed);
+            }
+        } else if self.misses_in_row.load(Ordering::Relaxed) < THIN_AFTER_MISSES {
+            self.misses_in_row.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Reads that did not ask the page cache first, since open.
+    pub fn unasked(&self) -> u64 {
+        self.unasked.load(Ordering::Relaxed)
     }
 
     /// How flushed values are read now; `live_bytes` gives the database's
@@ -207,6 +260,25 @@ mod tests {
         p.count(Served::Direct);
         p.count(Served::Direct);
         assert_eq!(p.counts(), (1, 2, 0));
+    }
+
+    #[test]
+    fn asking_the_cache_thins_while_it_misses_and_resumes_on_a_hit() {
+        let p = ReadPolicy::new(ValueReads::CachedElseDirect);
+        for _ in 0..THIN_AFTER_MISSES {
+            assert!(p.ask_cache(), "thinned before the misses ran out");
+            p.asked_cache(false);
+        }
+        let asked = (0..THIN_EVERY * 4).filter(|_| p.ask_cache()).count();
+        assert_eq!(asked, 4, "one read in THIN_EVERY asks once thinned");
+        assert_eq!(p.unasked(), u64::from(THIN_EVERY * 4 - 4));
+        p.asked_cache(true);
+        assert!((0..THIN_EVERY).all(|_| p.ask_cache()), "a hit resumes asking");
+        // Misses below the threshold do not thin.
+        for _ in 0..THIN_AFTER_MISSES - 1 {
+            p.asked_cache(false);
+        }
+        assert!((0..THIN_EVERY).all(|_| p.ask_cache()));
     }
 
     #[test]
