@@ -273,7 +273,10 @@ mod tests {
         assert_eq!(asked, 4, "one read in THIN_EVERY asks once thinned");
         assert_eq!(p.unasked(), u64::from(THIN_EVERY * 4 - 4));
         p.asked_cache(true);
-        assert!((0..THIN_EVERY).all(|_| p.ask_cache()), "a hit resumes asking");
+        assert!(
+            (0..THIN_EVERY).all(|_| p.ask_cache()),
+            "a hit resumes asking"
+        );
         // Misses below the threshold do not thin.
         for _ in 0..THIN_AFTER_MISSES - 1 {
             p.asked_cache(false);

@@ -117,9 +117,11 @@ impl Validation {
             }
         }
         for (lo, hi) in &self.ranges {
-            let within = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
-            if written.range::<[u8], _>(within).next().is_some()
-            {
+            let within = (
+                lo.as_ref().map(Vec::as_slice),
+                hi.as_ref().map(Vec::as_slice),
+            );
+            if written.range::<[u8], _>(within).next().is_some() {
                 return conflict("a scanned range written by a commit in the same group".into());
             }
             if !changed {
