@@ -361,21 +361,90 @@ impl Inner {
                 self.counters.prewrites.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if !buf.is_empty()
-            && let Err(e) = file.append(&buf)
-        {
+        let mut seqno = first;
+        let items = live()
+            .zip(placed)
+            .map(|(p, at)| {
+                let item = (p.clone(), at, seqno);
+                seqno += u64::from(p.count);
+                item
+            })
+            .collect();
+        let inserts = Arc::new(Inserts {
+            mem: self.state.read().mem.clone(),
+            buf,
+            base,
+            separate: Separate {
+                min: self.opts.value_separation_min,
+                segment: journal.number,
+            },
+            items,
+        });
+        debug_assert_eq!(seqno, next);
+        // Once a transaction has begun, the group's keys are recorded in
+        // `journal.recent` for later commit checks (as they are
+        // inserted, in one pass); before that the log just moves past the
+        // group. A transaction that begins after this load pins a seqno
+        // below the group's only if the group is not yet published;
+        // `reset` then leaves it uncovered, and its check takes exact
+        // lookups.
+        let record = self.txn_begun.load(Ordering::SeqCst);
+        // With a sync to wait for, a worker inserts and records while the
+        // leader appends and syncs (the device's flush and the memtable's
+        // cache misses overlap); nothing is published before both are
+        // done. One worker: the memtable takes one writer at a time. The
+        // log moves to the worker and back; the journal lock, held
+        // throughout, keeps every other user out of it. Inserting before
+        // the append is safe: entries above `last_seqno` are invisible,
+        // and a failed append or sync poisons the handle, so their seqnos
+        // are never published or given out again (and nothing is flushed
+        // after a poison).
+        let worker = (sync && next - first >= OFFLOAD_OPS_MIN).then(|| {
+            let recent = std::mem::replace(&mut journal.recent, RecentWrites::new(next));
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            let job = inserts.clone();
+            self.workers.run(move || {
+                let mut recent = recent;
+                let inserted = job.run(record.then_some(&mut recent));
+                let _ = tx.send((inserted, recent));
+            });
+            rx
+        });
+        // Takes the worker's result and gives the log back. A job that
+        // panicked dropped its sender without a result; the log stays the
+        // empty one put in its place (reset to `next`).
+        let join = |journal: &mut crate::db::Journal,
+                    rx: crossbeam_channel::Receiver<(
+            std::result::Result<(), String>,
+            RecentWrites,
+        )>| match rx.recv() {
+            Ok((inserted, recent)) => {
+                journal.recent = recent;
+                inserted
+            }
+            Err(_) => Err("a memtable insert job panicked".into()),
+        };
+        let appended = if inserts.buf.is_empty() {
+            Ok(())
+        } else {
+            file.append(&inserts.buf)
+        };
+        if let Err(e) = appended {
+            if let Some(rx) = worker {
+                let _ = join(journal, rx);
+            }
             journal.poisoned = true;
             self.poison("journal append", &e);
             return Err(Error::io("appending to the journal", e));
         }
         self.counters
             .journal_bytes
-            .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        if !placed.is_empty() {
+            .fetch_add(inserts.buf.len() as u64, Ordering::Relaxed);
+        if !inserts.items.is_empty() {
             self.counters.groups.fetch_add(1, Ordering::Relaxed);
             self.counters
                 .grouped_batches
-                .fetch_add(placed.len() as u64, Ordering::Relaxed);
+                .fetch_add(inserts.items.len() as u64, Ordering::Relaxed);
         }
         if presync_due {
             journal.presync_at = file.len() + PRESYNC_BYTES;
@@ -389,68 +458,21 @@ impl Inner {
                 self.counters.presyncs.fetch_add(1, Ordering::Relaxed);
             }
         }
-        let mut seqno = first;
-        let items = live()
-            .zip(placed)
-            .map(|(p, at)| {
-                let item = (p.clone(), at, seqno);
-                seqno += u64::from(p.count);
-                item
-            })
-            .collect();
-        let inserts = Inserts {
-            mem: self.state.read().mem.clone(),
-            buf,
-            base,
-            separate: Separate {
-                min: self.opts.value_separation_min,
-                segment: journal.number,
-            },
-            items,
-        };
-        debug_assert_eq!(seqno, next);
-        // Once a transaction has begun, the group's keys are recorded in
-        // `journal.recent` for later commit checks (as they are
-        // inserted, in one pass); before that the log just moves past the
-        // group. A transaction that begins after this load pins a seqno
-        // below the group's only if the group is not yet published;
-        // `reset` then leaves it uncovered, and its check takes exact
-        // lookups.
-        let record = self.txn_begun.load(Ordering::SeqCst);
-        // With a sync to wait for, a worker inserts and records meanwhile
-        // (the device's flush and the memtable's cache misses overlap);
-        // nothing is published before both are done. One worker: the
-        // memtable takes one writer at a time. The log moves to the
-        // worker and back; the journal lock, held throughout, keeps
-        // every other user out of it.
-        let inserted = if sync && next - first >= OFFLOAD_OPS_MIN {
-            let inserts = Arc::new(inserts);
-            let mut recent = std::mem::replace(&mut journal.recent, RecentWrites::new(next));
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            let job = inserts.clone();
-            self.workers.run(move || {
-                let inserted = job.run(record.then_some(&mut recent));
-                let _ = tx.send((inserted, recent));
-            });
-            let synced = file.sync();
-            // A job that panicked dropped its sender without a result; the
-            // log stays the empty one put in its place (reset to `next`).
-            let inserted = match rx.recv() {
-                Ok((inserted, recent)) => {
-                    journal.recent = recent;
-                    inserted
-                }
-                Err(_) => Err("a memtable insert job panicked".into()),
-            };
-            self.synced(journal, synced, next)?;
-            (inserted, inserts)
-        } else {
-            if sync {
+        let inserted = match worker {
+            Some(rx) => {
                 let synced = file.sync();
+                let inserted = join(journal, rx);
                 self.synced(journal, synced, next)?;
+                (inserted, inserts)
             }
-            let inserted = inserts.run(record.then_some(&mut journal.recent));
-            (inserted, Arc::new(inserts))
+            None => {
+                if sync {
+                    let synced = file.sync();
+                    self.synced(journal, synced, next)?;
+                }
+                let inserted = inserts.run(record.then_some(&mut journal.recent));
+                (inserted, inserts)
+            }
         };
         let (inserted, inserts) = inserted;
         // `WriteBatch` built every batch, so they decode; if one ever did
