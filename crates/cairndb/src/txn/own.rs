@@ -19,13 +19,14 @@
 //! Written here, not taken from a crate: the index stores offsets into
 //! the batch rather than keys, which no general map does.
 
+use super::recent::{PassThrough, fingerprint};
 use crate::error::Result;
 use crate::format::batch::{Op, op_at};
 use crate::format::key::Kind;
 use crate::write::batch::WriteBatch;
 use smallvec::SmallVec;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::ops::{Bound, RangeBounds};
 
 /// Dead bytes below this are never compacted away before commit.
@@ -35,36 +36,13 @@ const COMPACT_MIN: usize = 64 << 10;
 /// `None` for a delete.
 pub(crate) type OwnWrite = (Vec<u8>, Option<Vec<u8>>);
 
-/// The index's hasher: its keys are already xxh3 hashes.
-#[derive(Default)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is used; this keeps any other use correct.
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-
-fn xxh3(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
-
 pub(crate) struct OwnWrites {
     /// `None` until the first write: a read-only transaction allocates
     /// nothing for its writes.
     batch: Option<WriteBatch>,
     /// Hash of a key → offsets in `batch` of the latest op of each key
     /// with that hash (almost always one).
-    index: HashMap<u64, SmallVec<[u32; 1]>, BuildHasherDefault<Prehashed>>,
+    index: HashMap<u64, SmallVec<[u32; 1]>, BuildHasherDefault<PassThrough>>,
     /// Encoded bytes of ops a later op of the same key replaced.
     dead: usize,
     hash: fn(&[u8]) -> u64,
@@ -72,7 +50,7 @@ pub(crate) struct OwnWrites {
 
 impl Default for OwnWrites {
     fn default() -> Self {
-        Self::with_hash(xxh3)
+        Self::with_hash(fingerprint)
     }
 }
 
@@ -91,7 +69,8 @@ fn op(rep: &[u8], at: u32) -> (Op<'_>, usize) {
 }
 
 impl OwnWrites {
-    /// With `hash` in place of xxh3: tests force collisions with it.
+    /// With `hash` in place of the keys' fingerprint (xxh3): tests force
+    /// collisions with it.
     fn with_hash(hash: fn(&[u8]) -> u64) -> Self {
         OwnWrites {
             batch: None,
@@ -262,7 +241,7 @@ mod tests {
     /// write once.
     #[test]
     fn matches_a_map_of_latest_writes() {
-        for (seed, hash) in (0..40u64).map(|s| (s, if s % 2 == 0 { xxh3 } else { clumsy })) {
+        for (seed, hash) in (0..40u64).map(|s| (s, if s % 2 == 0 { fingerprint } else { clumsy })) {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
             let mut own = OwnWrites::with_hash(hash);
             let mut model: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();

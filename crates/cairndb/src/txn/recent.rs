@@ -30,9 +30,10 @@ pub(crate) const RECENT_KEYS_MAX: usize = 1 << 18;
 /// The map is not pruned below this many entries (256 KiB of table).
 const PRUNE_MIN: usize = 1 << 13;
 
-/// The fingerprints are hashes already: the map's hasher passes them on.
+/// The fingerprints are hashes already: the map's hasher passes them on
+/// (also the hasher of a transaction's write index, `own.rs`).
 #[derive(Default)]
-struct PassThrough(u64);
+pub(super) struct PassThrough(u64);
 
 impl Hasher for PassThrough {
     fn finish(&self) -> u64 {
@@ -50,7 +51,7 @@ impl Hasher for PassThrough {
 }
 
 /// Fingerprint of a user key.
-fn fingerprint(key: &[u8]) -> u64 {
+pub(super) fn fingerprint(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
 }
 
