@@ -29,7 +29,7 @@ struct BlockWeighter;
 
 impl Weighter<(u64, u64), Block> for BlockWeighter {
     fn weight(&self, _key: &(u64, u64), block: &Block) -> u64 {
-        block.len() as u64 + ENTRY_OVERHEAD
+        (block.len() + block.hint_bytes()) as u64 + ENTRY_OVERHEAD
     }
 }
 

@@ -31,7 +31,7 @@
 
 use crate::cache::BlockCache;
 use crate::error::{Error, Result};
-use crate::format::block::{Block, BlockBuilder, BlockIter, Decoded, Malformed};
+use crate::format::block::{Block, BlockBuilder, BlockIter, Decoded, Malformed, key_window};
 use crate::format::coding::{Reader, crc2, put_bytes, put_varint};
 use crate::format::filter::{self, FilterKind, TableFilter};
 use crate::format::key::{self, TAG_LEN};
@@ -406,26 +406,12 @@ pub struct Table {
     /// A search aid kept beside the index (not stored in the file): every
     /// index key's user part shares its first `index_shared` bytes, and
     /// `index_windows[i]` holds the next 8 bytes of entry `i`'s user key
-    /// ([`window`]). `find_block` searches these packed words first, so a
+    /// ([`key_window`]). `find_block` searches these packed words first, so a
     /// lookup touches one small array instead of two cache lines per step.
     index_shared: usize,
     index_windows: Vec<u64>,
     filter: TableFilter,
     props: Properties,
-}
-
-/// The 8 bytes of `user_key` after its first `skip`, zero-padded, as a
-/// big-endian word. For keys that share their first `skip` bytes, a
-/// smaller window means a smaller key and a larger one a larger key
-/// (a shorter key pads with zeros, and a key that ends first is the
-/// smaller); equal windows decide nothing.
-fn window(user_key: &[u8], skip: usize) -> u64 {
-    let mut w = [0u8; 8];
-    let rest = user_key.get(skip..).unwrap_or_default();
-    for (w, b) in w.iter_mut().zip(rest) {
-        *w = *b;
-    }
-    u64::from_be_bytes(w)
 }
 
 impl std::fmt::Debug for Table {
@@ -649,7 +635,7 @@ impl Table {
         let index_shared = first.iter().zip(last).take_while(|(a, b)| a == b).count();
         let index_windows = index
             .iter()
-            .map(|e| window(user_of(Some(e)), index_shared))
+            .map(|e| key_window(user_of(Some(e)), index_shared))
             .collect();
         Ok(Table {
             file,
@@ -752,7 +738,7 @@ impl Table {
         }
         // Entries whose window is below the target's are below it, those
         // whose window is above are not: only equal windows need the keys.
-        let w = window(user, shared);
+        let w = key_window(user, shared);
         let lo = self.index_windows.partition_point(|&x| x < w);
         let hi = self.index_windows.partition_point(|&x| x <= w);
         lo + self
@@ -781,7 +767,9 @@ impl Table {
         // cheaply against the same bound.
         let limit = handle.end();
         let bytes = read_block_bytes(&*self.file, &self.path, handle, limit, "data")?;
-        let block = Block::new(bytes.into()).map_err(|m| self.block_error(idx, m))?;
+        let block = Block::new(bytes.into())
+            .and_then(|b| b.with_hints(key::user_key))
+            .map_err(|m| self.block_error(idx, m))?;
         if let Some(cache) = &self.cache {
             cache.insert(self.id, handle.offset, block.clone());
         }
