@@ -14,8 +14,9 @@ use super::prefetch::Loading;
 use super::share::{Scan, Value};
 use crate::Result;
 use crate::format::key::{self, Kind};
-use crate::format::vptr::ValuePtr;
+use crate::format::vptr::{VPTR_LEN_MAX, ValuePtr};
 use crate::limits::SEQNO_MAX;
+use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::ops::Bound;
 
@@ -109,7 +110,11 @@ pub const PREFETCH_WINDOW_MIN: usize = 128;
 type Entry = (Vec<u8>, Value);
 
 /// An entry whose value is not loaded yet: user key, kind, stored value.
-type Raw = (Vec<u8>, u8, Vec<u8>);
+type Raw = (Vec<u8>, u8, Stored);
+
+/// A value as its table or memtable stores it: a value pointer is kept
+/// inline (no allocation per entry of a scan), a longer value on the heap.
+type Stored = SmallVec<[u8; VPTR_LEN_MAX]>;
 
 struct Front {
     merge: MergeCursor,
@@ -118,7 +123,7 @@ struct Front {
 
 struct Back {
     merge: MergeCursor,
-    pending: Option<(Vec<u8>, u8, Vec<u8>)>,
+    pending: Option<Raw>,
     exhausted: bool,
 }
 
@@ -249,8 +254,8 @@ impl Iter {
             }
             let user = user.to_vec();
             let kind = key::tag_kind(tag);
-            let stored = key::kind_has_value(kind).then(|| front.merge.value().to_vec());
-            front.skip = Some(user.clone());
+            let stored = key::kind_has_value(kind).then(|| Stored::from_slice(front.merge.value()));
+            remember(&mut front.skip, &user);
             if self.past_upper(&user) {
                 return Ok(None);
             }
@@ -310,7 +315,11 @@ impl Iter {
                     if key::tag_seqno(tag) > self.snapshot {
                         continue;
                     }
-                    let newer = (user, key::tag_kind(tag), back.merge.value().to_vec());
+                    let newer = (
+                        user,
+                        key::tag_kind(tag),
+                        Stored::from_slice(back.merge.value()),
+                    );
                     let same_key = back.pending.as_ref().is_some_and(|p| p.0 == newer.0);
                     let finished = back.pending.replace(newer);
                     if same_key {
@@ -408,13 +417,13 @@ impl Iter {
             }
         }
         self.ahead(dir).ended = ended;
-        let pointers: Vec<Vec<u8>> = raw
+        let pointers: Vec<&[u8]> = raw
             .iter()
             .filter(|(_, kind, _)| *kind == Kind::Pointer as u8)
-            .map(|(_, _, stored)| stored.clone())
+            .map(|(_, _, stored)| stored.as_slice())
             .collect();
         let loading =
-            (!pointers.is_empty()).then(|| self.view.load_start(pointers, overlap, &self.scan));
+            (!pointers.is_empty()).then(|| self.view.load_start(&pointers, overlap, &self.scan));
         Some(Window {
             raw,
             loading,
@@ -436,7 +445,7 @@ impl Iter {
                     Err(crate::Error::Poisoned("internal: value not loaded".into()))
                 })
             } else {
-                Ok(Value::Owned(stored))
+                Ok(Value::Owned(stored.into_vec()))
             };
             ahead.queue.push_back(value.map(|v| (user, v)));
         }

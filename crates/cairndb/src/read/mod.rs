@@ -177,7 +177,7 @@ impl ReadView {
         let mut pointers = pointers.into_iter().peekable();
         while pointers.peek().is_some() {
             let window: Vec<Vec<u8>> = pointers.by_ref().take(iter::WINDOW_MAX).collect();
-            let loading = self.load_start(window, false, &scan);
+            let loading = self.load_start(&window, false, &scan);
             // Results first: `zip` then takes no index past the window.
             for (v, i) in self.load_finish(loading).into_iter().zip(at.by_ref()) {
                 out[i] = Some(v.map(|v| Some(v.into_vec())));
@@ -236,6 +236,12 @@ impl ReadView {
     pub fn load(&self, encoded: &[u8]) -> Result<Vec<u8>> {
         let ptr = ValuePtr::decode(encoded)
             .ok_or_else(|| Error::corruption(&self.tables.dir, 0, "malformed value pointer"))?;
+        self.load_ptr(&ptr)
+    }
+
+    /// Reads the separated value `ptr` names.
+    pub fn load_ptr(&self, ptr: &ValuePtr) -> Result<Vec<u8>> {
+        let ptr = *ptr;
         let Some((seg, flushed)) = self.segment(ptr.segment) else {
             return Err(Error::corruption(
                 files::journal(&self.tables.dir, ptr.segment),

@@ -52,7 +52,9 @@ type Checked = Vec<(usize, Option<Value>)>;
 /// flight on the worker threads ([`ReadView::load_start`]).
 pub struct Loading {
     /// The pointers, as the caller gave them.
-    encoded: Vec<Vec<u8>>,
+    /// Each value's pointer, decoded (`None` where it was malformed: that
+    /// value is settled already).
+    ptrs: Vec<Option<ValuePtr>>,
     loaded: Loaded,
     /// Results of the runs handed to worker threads.
     rx: Option<crossbeam_channel::Receiver<Checked>>,
@@ -68,14 +70,18 @@ impl ReadView {
     /// is read here. [`ReadView::load_finish`] waits for them and returns
     /// the values, each as [`ReadView::load`] would (same values, same
     /// errors).
-    pub fn load_start(&self, encoded: Vec<Vec<u8>>, overlap: bool, scan: &Scan) -> Loading {
+    pub fn load_start<P: AsRef<[u8]>>(&self, encoded: &[P], overlap: bool, scan: &Scan) -> Loading {
         let mut loaded: Loaded = Vec::with_capacity(encoded.len());
+        let decoded: Vec<Option<ValuePtr>> = encoded
+            .iter()
+            .map(|e| ValuePtr::decode(e.as_ref()))
+            .collect();
         let mut ptrs = Vec::with_capacity(encoded.len());
-        for (i, e) in encoded.iter().enumerate() {
-            match ValuePtr::decode(e) {
-                Some(p) => ptrs.push((i, p)),
+        for (i, (e, p)) in encoded.iter().zip(&decoded).enumerate() {
+            match p {
+                Some(p) => ptrs.push((i, *p)),
                 // `load` reports the malformed pointer.
-                None => loaded.push((i, self.load(e).map(Value::Owned))),
+                None => loaded.push((i, self.load(e.as_ref()).map(Value::Owned))),
             }
         }
         ptrs.sort_by_key(|(_, p)| (p.segment, p.offset));
@@ -141,10 +147,10 @@ impl ReadView {
                 Some((seg, false)) => run.read(seg, How::PageCache, self, scan),
                 None => run.slice(None),
             };
-            self.settle(got, &mut loaded, &encoded);
+            self.settle(got, &mut loaded, &decoded);
         }
         let mut loading = Loading {
-            encoded,
+            ptrs: decoded,
             loaded,
             rx: None,
             asked: Vec::new(),
@@ -163,7 +169,7 @@ impl ReadView {
                 Some((seg, _)) => run.read(seg, self.reads, self, scan),
                 None => run.slice(None),
             };
-            self.settle(got, &mut loading.loaded, &loading.encoded);
+            self.settle(got, &mut loading.loaded, &loading.ptrs);
             return;
         }
         if runs.is_empty() {
@@ -189,7 +195,7 @@ impl ReadView {
                         loading.asked.extend(run.members.iter().map(|&(i, _)| i));
                         batch.push((run, seg.clone()));
                     }
-                    None => self.settle(run.slice(None), &mut loading.loaded, &loading.encoded),
+                    None => self.settle(run.slice(None), &mut loading.loaded, &loading.ptrs),
                 }
             }
             let (view, scan) = (self.clone(), scan.clone());
@@ -201,7 +207,7 @@ impl ReadView {
         }
         for run in runs {
             let Some((seg, _)) = self.segment(run.segment) else {
-                self.settle(run.slice(None), &mut loading.loaded, &loading.encoded);
+                self.settle(run.slice(None), &mut loading.loaded, &loading.ptrs);
                 continue;
             };
             loading.asked.extend(run.members.iter().map(|&(i, _)| i));
@@ -219,19 +225,19 @@ impl ReadView {
     /// every value, in the order of the pointers.
     pub fn load_finish(&self, mut loading: Loading) -> Vec<Result<Value>> {
         if let Some(rx) = loading.rx.take() {
-            let mut answered = vec![false; loading.encoded.len()];
+            let mut answered = vec![false; loading.ptrs.len()];
             for got in rx.iter() {
                 for &(i, _) in &got {
                     answered[i] = true;
                 }
-                self.settle(got, &mut loading.loaded, &loading.encoded);
+                self.settle(got, &mut loading.loaded, &loading.ptrs);
             }
             for &i in loading.asked.iter().filter(|&&i| !answered[i]) {
-                let value = self.load(&loading.encoded[i]).map(Value::Owned);
+                let value = self.load_at(&loading.ptrs, i).map(Value::Owned);
                 loading.loaded.push((i, value));
             }
         }
-        let mut out: Vec<Option<Result<Value>>> = loading.encoded.iter().map(|_| None).collect();
+        let mut out: Vec<Option<Result<Value>>> = loading.ptrs.iter().map(|_| None).collect();
         for (i, v) in loading.loaded {
             out[i] = Some(v);
         }
@@ -245,11 +251,21 @@ impl ReadView {
     /// Turns what a reader got into results: a value that could not be
     /// read or does not match goes through `load`, which re-reads it and
     /// names the damage.
-    fn settle(&self, got: Checked, loaded: &mut Loaded, encoded: &[Vec<u8>]) {
+    fn settle(&self, got: Checked, loaded: &mut Loaded, ptrs: &[Option<ValuePtr>]) {
         loaded.extend(got.into_iter().map(|(i, v)| match v {
             Some(v) => (i, Ok(v)),
-            None => (i, self.load(&encoded[i]).map(Value::Owned)),
+            None => (i, self.load_at(ptrs, i).map(Value::Owned)),
         }));
+    }
+
+    /// `load_ptr` of the `i`th pointer of a window.
+    fn load_at(&self, ptrs: &[Option<ValuePtr>], i: usize) -> Result<Vec<u8>> {
+        match ptrs.get(i).copied().flatten() {
+            Some(p) => self.load_ptr(&p),
+            None => Err(crate::Error::Poisoned(
+                "internal: no pointer to load".into(),
+            )),
+        }
     }
 }
 
