@@ -28,6 +28,7 @@
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)]
 
 use crate::format::coding::{Reader, put_varint};
+use smallvec::SmallVec;
 use std::cmp::Ordering;
 use std::ops::Range;
 use std::sync::Arc;
@@ -303,11 +304,16 @@ impl Block {
 
     /// An iterator over this block, unpositioned.
     pub fn iter(&self, cmp: Compare) -> BlockIter {
+        self.clone().iter_owned(cmp)
+    }
+
+    /// [`Block::iter`] taking this handle instead of cloning it.
+    pub fn iter_owned(self, cmp: Compare) -> BlockIter {
         BlockIter {
-            block: self.clone(),
-            cmp,
             next: self.restarts_at,
-            key: Vec::new(),
+            block: self,
+            cmp,
+            key: SmallVec::new(),
             value: 0..0,
             valid: false,
         }
@@ -334,7 +340,7 @@ impl Block {
             if decoded > budget {
                 return Err("keys decode to implausibly many bytes (prefix sharing)");
             }
-            out.push((it.key.clone(), it.value.clone()));
+            out.push((it.key.to_vec(), it.value.clone()));
             it.next()?;
         }
         Ok(out)
@@ -361,7 +367,9 @@ pub struct BlockIter {
     cmp: Compare,
     /// Offset of the entry after the current one.
     next: usize,
-    key: Vec<u8>,
+    /// The current key, rebuilt from its shared prefix and delta; short
+    /// keys (most internal keys) stay on the stack.
+    key: SmallVec<[u8; 48]>,
     value: Range<usize>,
     valid: bool,
 }

@@ -668,8 +668,7 @@ impl Table {
         if idx >= self.index.len() {
             return Ok(None);
         }
-        let block = self.read_data_block(idx)?;
-        let mut it = block.iter(key::compare);
+        let mut it = self.read_data_block(idx)?.iter_owned(key::compare);
         it.seek(&target).map_err(|m| self.block_error(idx, m))?;
         if !it.valid() {
             return Err(self.block_error(idx, "index key is past the block's last entry"));
@@ -958,8 +957,7 @@ impl TableCursor {
 
     fn load_forward(&mut self, mut idx: usize, mut from: Option<&[u8]>) -> Result<bool> {
         while idx < self.table.index.len() {
-            let block = self.table.read_data_block(idx)?;
-            let mut it = block.iter(key::compare);
+            let mut it = self.table.read_data_block(idx)?.iter_owned(key::compare);
             match from {
                 Some(f) => it.seek(f),
                 None => it.seek_to_first(),
