@@ -141,22 +141,69 @@ pub struct Block {
 
 /// The restart keys of a block packed for searching: `part` maps a key
 /// to the bytes the comparator orders first (for internal keys, the user
-/// key), every restart key's part starts with `prefix`, and `windows[i]`
-/// is [`key_window`] of restart `i`'s part after it. A seek binary-searches
-/// the windows, which lie side by side, instead of decoding a restart
-/// entry (elsewhere in the block, often a cache miss) at every step.
+/// key), and `words` holds those parts of the restart keys. A seek
+/// binary-searches the words, which lie side by side, instead of
+/// decoding a restart entry (elsewhere in the block, often a cache miss)
+/// at every step.
 struct Hints {
     part: fn(&[u8]) -> &[u8],
+    words: KeyWords,
+}
+
+/// Ascending byte strings packed for binary search: the prefix all of
+/// them share, and for each the 8 bytes after it, zero-padded, as a
+/// big-endian word. Among strings with that prefix, a smaller word means
+/// a smaller string and a larger word a larger string (a shorter string
+/// pads with zeros, and a string that ends first is the smaller); equal
+/// words decide nothing. Used for a table's index keys and a block's
+/// restart keys (in memory only; nothing on disk).
+pub struct KeyWords {
     prefix: Box<[u8]>,
-    windows: Box<[u64]>,
+    words: Box<[u64]>,
+}
+
+impl KeyWords {
+    /// The words of `strings`, which must ascend (else searches through
+    /// the words answer wrongly, but never panic).
+    pub fn new<'a>(strings: impl Iterator<Item = &'a [u8]> + Clone) -> KeyWords {
+        let first = strings.clone().next().unwrap_or_default();
+        let last = strings.clone().last().unwrap_or_default();
+        // Each string lies between the first and the last, so it shares
+        // the prefix those two share.
+        let skip = common_prefix(first, last);
+        KeyWords {
+            prefix: first.get(..skip).unwrap_or_default().into(),
+            words: strings.map(|s| word(s, skip)).collect(),
+        }
+    }
+
+    /// If `target` shares the prefix, the range of strings the words
+    /// cannot place against it: every string before the range is smaller
+    /// than `target`, every one after it larger. `None` otherwise.
+    pub fn narrow(&self, target: &[u8]) -> Option<std::ops::Range<usize>> {
+        if target.get(..self.prefix.len())? != &*self.prefix {
+            return None;
+        }
+        let w = word(target, self.prefix.len());
+        let below = self.words.partition_point(|&x| x < w);
+        Some(below..self.words.partition_point(|&x| x <= w))
+    }
+
+    /// Length of the shared prefix.
+    #[cfg(test)]
+    pub fn prefix_len(&self) -> usize {
+        self.prefix.len()
+    }
+
+    /// Heap bytes held.
+    pub fn bytes(&self) -> usize {
+        self.words.len() * 8 + self.prefix.len()
+    }
 }
 
 /// The 8 bytes of `bytes` after its first `skip`, zero-padded, as a
-/// big-endian word. Among byte strings that share their first `skip`
-/// bytes, a smaller window means a smaller string and a larger one a
-/// larger string (a shorter string pads with zeros, and a string that
-/// ends first is the smaller); equal windows decide nothing.
-pub fn key_window(bytes: &[u8], skip: usize) -> u64 {
+/// big-endian word ([`KeyWords`]).
+fn word(bytes: &[u8], skip: usize) -> u64 {
     let mut w = [0u8; 8];
     let rest = bytes.get(skip..).unwrap_or_default();
     for (w, b) in w.iter_mut().zip(rest) {
@@ -234,16 +281,9 @@ impl Block {
                 self.data.get(e.delta).ok_or("entry key out of range")
             })
             .collect::<Result<Vec<&[u8]>, Malformed>>()?;
-        let (first, last) = match (keys.first(), keys.last()) {
-            (Some(f), Some(l)) => (part(f), part(l)),
-            _ => return Ok(self),
-        };
-        // Restart keys ascend, so each shares what the first and last do.
-        let skip = common_prefix(first, last);
         let hints = Hints {
             part,
-            prefix: first.get(..skip).unwrap_or_default().into(),
-            windows: keys.iter().map(|k| key_window(part(k), skip)).collect(),
+            words: KeyWords::new(keys.iter().map(|k| part(k))),
         };
         self.hints = Some(Arc::new(hints));
         Ok(self)
@@ -251,9 +291,7 @@ impl Block {
 
     /// Heap bytes of the seek hints (0 without them).
     pub fn hint_bytes(&self) -> usize {
-        self.hints
-            .as_ref()
-            .map_or(0, |h| h.windows.len() * 8 + h.prefix.len())
+        self.hints.as_ref().map_or(0, |h| h.words.bytes())
     }
 
     /// The block bytes (without trailer).
@@ -460,17 +498,11 @@ impl BlockIter {
 
     /// With hints and a target that shares their prefix: how many restart
     /// keys are certainly below `target`, and how many after those the
-    /// windows cannot place.
+    /// words cannot place.
     fn hinted(&self, target: &[u8]) -> Option<(usize, usize)> {
         let h = self.block.hints.as_deref()?;
-        let part = (h.part)(target);
-        if part.get(..h.prefix.len())? != &*h.prefix {
-            return None;
-        }
-        let w = key_window(part, h.prefix.len());
-        let below = h.windows.partition_point(|&x| x < w);
-        let upto = h.windows.partition_point(|&x| x <= w);
-        Some((below, upto - below))
+        let r = h.words.narrow((h.part)(target))?;
+        Some((r.start, r.len()))
     }
 
     fn parse_next(&mut self) -> Result<(), Malformed> {
@@ -636,7 +668,11 @@ mod tests {
             let hinted = plain.clone().with_hints(front).unwrap();
             assert!(hinted.hint_bytes() > 0);
             let h = hinted.hints.as_deref().unwrap();
-            assert!(h.prefix.len() >= b"shared/".len(), "{:?}", h.prefix);
+            assert!(
+                h.words.prefix.len() >= b"shared/".len(),
+                "{:?}",
+                h.words.prefix
+            );
             for t in &targets {
                 let mut a = plain.iter(by_front);
                 let mut b = hinted.iter(by_front);

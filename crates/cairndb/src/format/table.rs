@@ -31,7 +31,7 @@
 
 use crate::cache::BlockCache;
 use crate::error::{Error, Result};
-use crate::format::block::{Block, BlockBuilder, BlockIter, Decoded, Malformed, key_window};
+use crate::format::block::{Block, BlockBuilder, BlockIter, Decoded, KeyWords, Malformed};
 use crate::format::coding::{Reader, crc2, put_bytes, put_varint};
 use crate::format::filter::{self, FilterKind, TableFilter};
 use crate::format::key::{self, TAG_LEN};
@@ -403,13 +403,10 @@ pub struct Table {
     cache: Option<Arc<BlockCache>>,
     index_keys: Vec<u8>,
     index: Vec<IndexEntry>,
-    /// A search aid kept beside the index (not stored in the file): every
-    /// index key's user part shares its first `index_shared` bytes, and
-    /// `index_windows[i]` holds the next 8 bytes of entry `i`'s user key
-    /// ([`key_window`]). `find_block` searches these packed words first, so a
-    /// lookup touches one small array instead of two cache lines per step.
-    index_shared: usize,
-    index_windows: Vec<u64>,
+    /// The index keys' user parts packed for searching (in memory only):
+    /// `find_block` searches these words first, so a lookup touches one
+    /// small array instead of an entry and its key at each step.
+    index_words: KeyWords,
     filter: TableFilter,
     props: Properties,
 }
@@ -624,19 +621,12 @@ impl Table {
         if last.unwrap_or_default() != props.largest.as_slice() {
             return Err(icorrupt("last key differs from the properties"));
         }
-        // Index keys increase, so every one lies between the first and the
-        // last and shares the prefix those two share.
-        let user_of = |e: Option<&IndexEntry>| {
-            e.and_then(|e| index_keys.get(e.key.clone()))
+        let index_words = KeyWords::new(index.iter().map(|e| {
+            index_keys
+                .get(e.key.clone())
                 .map(key::user_key)
                 .unwrap_or_default()
-        };
-        let (first, last) = (user_of(index.first()), user_of(index.last()));
-        let index_shared = first.iter().zip(last).take_while(|(a, b)| a == b).count();
-        let index_windows = index
-            .iter()
-            .map(|e| key_window(user_of(Some(e)), index_shared))
-            .collect();
+        }));
         Ok(Table {
             file,
             path,
@@ -644,8 +634,7 @@ impl Table {
             cache,
             index_keys,
             index,
-            index_shared,
-            index_windows,
+            index_words,
             filter,
             props,
         })
@@ -700,7 +689,7 @@ impl Table {
     pub fn memory_bytes(&self) -> usize {
         self.index_keys.capacity()
             + self.index.capacity() * std::mem::size_of::<IndexEntry>()
-            + self.index_windows.capacity() * std::mem::size_of::<u64>()
+            + self.index_words.bytes()
             + self.filter.memory_bytes()
             + self.props.smallest.capacity()
             + self.props.largest.capacity()
@@ -728,22 +717,16 @@ impl Table {
     /// (`index.len()` if none).
     fn find_block(&self, target: &[u8]) -> usize {
         let below = |e: &IndexEntry| key::compare(self.index_key(e), target) == Ordering::Less;
-        let user = key::user_key(target);
-        let shared = self.index_shared;
-        let first = self.index.first().map(|e| key::user_key(self.index_key(e)));
-        if user.get(..shared) != first.and_then(|f| f.get(..shared)) {
-            // Outside the shared prefix: the windows say nothing.
-            return self.index.partition_point(below);
+        match self.index_words.narrow(key::user_key(target)) {
+            // Only the entries whose words tie with the target's need
+            // their keys compared.
+            Some(tied) => {
+                let start = tied.start;
+                start + self.index.get(tied).map_or(0, |t| t.partition_point(below))
+            }
+            // Outside the shared prefix: the words say nothing.
+            None => self.index.partition_point(below),
         }
-        // Entries whose window is below the target's are below it, those
-        // whose window is above are not: only equal windows need the keys.
-        let w = key_window(user, shared);
-        let lo = self.index_windows.partition_point(|&x| x < w);
-        let hi = self.index_windows.partition_point(|&x| x <= w);
-        lo + self
-            .index
-            .get(lo..hi)
-            .map_or(0, |equal| equal.partition_point(below))
     }
 
     fn block_error(&self, idx: usize, detail: Malformed) -> Error {
@@ -1214,7 +1197,7 @@ mod tests {
         write(&fs, path, &m, &opts);
         let t = open(&fs, path, None).unwrap();
         assert!(t.index.len() > 50, "{} blocks", t.index.len());
-        assert!(t.index_shared >= b"tenant/".len(), "{}", t.index_shared);
+        assert!(t.index_words.prefix_len() >= b"tenant/".len());
         let plain = |target: &[u8]| {
             t.index
                 .partition_point(|e| key::compare(t.index_key(e), target) == Ordering::Less)
