@@ -165,9 +165,9 @@ pub struct KeyWords {
 impl KeyWords {
     /// The words of `strings`, which must ascend (else searches through
     /// the words answer wrongly, but never panic).
-    pub fn new<'a>(strings: impl Iterator<Item = &'a [u8]> + Clone) -> KeyWords {
+    pub fn new<'a>(strings: impl DoubleEndedIterator<Item = &'a [u8]> + Clone) -> KeyWords {
         let first = strings.clone().next().unwrap_or_default();
-        let last = strings.clone().last().unwrap_or_default();
+        let last = strings.clone().next_back().unwrap_or_default();
         // Each string lies between the first and the last, so it shares
         // the prefix those two share.
         let skip = common_prefix(first, last);
