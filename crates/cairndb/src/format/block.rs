@@ -461,11 +461,11 @@ impl BlockIter {
     pub fn seek(&mut self, target: &[u8]) -> Result<(), Malformed> {
         // Last restart point whose key is < target.
         let (mut lo, mut hi) = (0usize, self.block.num_restarts - 1);
-        if let Some((below, equal)) = self.hinted(target) {
-            // Restarts `..below` are below the target and `below + equal..`
-            // above it; only those with an equal window need their keys.
-            lo = below.saturating_sub(1);
-            hi = (below + equal).saturating_sub(1).max(lo);
+        if let Some(tied) = self.hinted(target) {
+            // Restarts before `tied` are below the target and those after
+            // it above; only those whose words tie need their keys.
+            lo = tied.start.saturating_sub(1);
+            hi = tied.end.saturating_sub(1).max(lo);
         }
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
@@ -496,13 +496,11 @@ impl BlockIter {
         }
     }
 
-    /// With hints and a target that shares their prefix: how many restart
-    /// keys are certainly below `target`, and how many after those the
-    /// words cannot place.
-    fn hinted(&self, target: &[u8]) -> Option<(usize, usize)> {
+    /// With hints and a target that shares their prefix: the restarts
+    /// whose words tie with the target's (`KeyWords::narrow`).
+    fn hinted(&self, target: &[u8]) -> Option<Range<usize>> {
         let h = self.block.hints.as_deref()?;
-        let r = h.words.narrow((h.part)(target))?;
-        Some((r.start, r.len()))
+        h.words.narrow((h.part)(target))
     }
 
     fn parse_next(&mut self) -> Result<(), Malformed> {
