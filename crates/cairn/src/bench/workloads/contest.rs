@@ -24,7 +24,7 @@
 //! the writer process cached survives. The child reports its rows and
 //! timelines back as JSON (`bench::wire`).
 
-use super::{Ctx, Outcome, Rng, check_value, checked_scan, make_key, make_value, parallel};
+use super::{Ctx, Outcome, Rng, Share, check_value, checked_scan, make_key, make_value, parallel};
 use crate::bench::device::DeviceLimits;
 use crate::bench::engine::{Engine, EngineConfig};
 use crate::bench::monitor;
@@ -205,7 +205,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         "MB/s",
         Some(("4K rand read x64".into(), dev.rand_read_4k_qd / 1e6)),
         |db, p| {
-            scan_every_key(db, p, cfg.keys.max(1), entry, 0)?;
+            scan_every_key(db, p, cfg.keys.max(1), entry, 0, Share::ALL)?;
             Ok(Outcome {
                 ops: cfg.keys.max(1),
                 user_bytes: data,
@@ -546,10 +546,15 @@ fn read_phases(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) {
     let passes = 2u64;
     let scan_limit = Some(("seq read".into(), dev.seq_read / 1e6));
     ctx.phase("contest", "range", "MB/s", scan_limit, |db, p| {
-        parallel(threads as usize, |_| {
+        parallel(threads as usize, |t| {
+            // Each value is checked in full by one scanner a pass.
+            let share = Share {
+                part: t as u64,
+                of: threads,
+            };
             for pass in 0..passes {
                 // Data is counted once per pass, not per thread.
-                scan_every_key(db, p, n, entry / threads, pass)?;
+                scan_every_key(db, p, n, entry / threads, pass, share)?;
             }
             Ok(())
         })?;
@@ -621,17 +626,18 @@ fn note_same_files_read(ctx: &mut Ctx) {
     }
 }
 
-/// Scans every key once in order, checking order, count and each value;
-/// counts `share` bytes of progress per key. `pass` names the pass in
-/// errors.
+/// Scans every key once in order, checking order, count and each value
+/// (in full as `check` says); counts `bytes` of progress per key. `pass`
+/// names the pass in errors.
 fn scan_every_key(
     db: &Arc<dyn Engine>,
     p: &Arc<Progress>,
     n: u64,
-    share: u64,
+    bytes: u64,
     pass: u64,
+    check: Share,
 ) -> BenchResult<()> {
-    let seen = checked_scan(db.as_ref(), &[], usize::MAX, |_| p.add(1, share))
+    let seen = checked_scan(db.as_ref(), &[], usize::MAX, check, |_| p.add(1, bytes))
         .map_err(|e| format!("pass {pass}: {e}"))?;
     if seen as u64 != n {
         return Err(format!("pass {pass}: scan saw {seen} of {n} keys").into());

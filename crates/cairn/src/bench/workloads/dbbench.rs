@@ -9,7 +9,7 @@
 //! readseq also require every key to be present.
 
 use super::{
-    Ctx, Outcome, Rng, check_value, checked_scan, key_index, make_key, make_value, parallel,
+    Ctx, Outcome, Rng, Share, check_value, checked_scan, key_index, make_key, make_value, parallel,
     percentiles,
 };
 use crate::bench::device::DeviceLimits;
@@ -150,7 +150,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
                 for _ in 0..seeks {
                     let from = rng.below(n);
                     let mut first = None;
-                    checked_scan(db.as_ref(), &make_key(from, kl), 100, |i| {
+                    checked_scan(db.as_ref(), &make_key(from, kl), 100, Share::ALL, |i| {
                         first.get_or_insert(i);
                     })?;
                     if first.is_some_and(|i| i < from) {

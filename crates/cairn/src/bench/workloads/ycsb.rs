@@ -13,7 +13,8 @@
 //! fails the phase.
 
 use super::{
-    Ctx, Outcome, Rng, Zipf, check_value, checked_scan, make_key, make_value, parallel, percentiles,
+    Ctx, Outcome, Rng, Share, Zipf, check_value, checked_scan, make_key, make_value, parallel,
+    percentiles,
 };
 use crate::bench::BenchResult;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -130,7 +131,13 @@ pub fn run(ctx: &mut Ctx, cfg: &Config) -> BenchResult<()> {
                         }
                         Op::Scan => {
                             let len = 1 + rng.below(100) as usize;
-                            let seen = checked_scan(db.as_ref(), &make_key(i, 16), len, |_| {})?;
+                            let seen = checked_scan(
+                                db.as_ref(),
+                                &make_key(i, 16),
+                                len,
+                                Share::ALL,
+                                |_| {},
+                            )?;
                             bytes = seen as u64 * entry;
                         }
                     }
