@@ -241,8 +241,11 @@ const SCANNER_IDLE_TICKS: u64 = 4 * SHARE_CHUNKS as u64;
 /// for scans that lack it.
 const PROTECT_TICKS: u64 = 16 * SHARE_CHUNKS as u64;
 /// Chunks a long scan has read ahead of the run it took (`read_ahead`):
-/// with the run itself, about three 1 MiB requests in flight per stream.
-pub const READ_AHEAD: u64 = 2;
+/// with the run itself, about five 1 MiB requests in flight per stream.
+/// Chosen by measurement (docs/benchmarks.md, "Thirteenth session"): 4
+/// beat 2, 6 and 8 on a disk that reads 1 MiB twice as fast at depth 4
+/// as at depth 1.
+pub const READ_AHEAD: u64 = 4;
 /// Chunks on either side of a scan's last chunk that it protects.
 const SCANNER_REACH: u64 = SHARE_CHUNKS as u64;
 /// Longest a scan needing a new chunk waits for others to take the oldest
