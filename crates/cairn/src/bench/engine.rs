@@ -20,8 +20,8 @@
 //! as the engine: `cairndb` (defaults), `cairndb-inline` (no key-value
 //! separation), `cairndb-nogc` (value GC's null policy),
 //! `cairndb-direct` (flushed values read with direct IO) and
-//! `cairndb-dio-journal` (the journal written with direct IO through the
-//! staging ring), among others (`CAIRN_VARIANTS`).
+//! `cairndb-buffered-journal` (the journal written through the page
+//! cache), among others (`CAIRN_VARIANTS`).
 
 use super::{BenchError, BenchResult};
 use std::path::Path;
@@ -140,9 +140,9 @@ pub trait Engine: Send + Sync {
 /// - `cairndb-norecycle`: `journal_recycle = false`, every journal is a
 ///   new file and obsolete ones are deleted (the control for journal
 ///   recycling);
-/// - `cairndb-dio-journal`: `journal_direct = true`, the journal written
-///   with direct IO in 1 MiB chunks through the staging ring (not yet
-///   the default: measured against `cairndb` here).
+/// - `cairndb-buffered-journal`: `journal_direct = false`, the journal
+///   written with buffered `write`s through the page cache (the control
+///   for the default direct journal).
 pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb",
     "cairndb-inline",
@@ -151,7 +151,7 @@ pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb-buffered",
     "cairndb-append",
     "cairndb-norecycle",
-    "cairndb-dio-journal",
+    "cairndb-buffered-journal",
 ];
 
 /// Overrides the separation threshold of every CairnDB variant that
@@ -201,7 +201,7 @@ pub fn cairn_options(
         "cairndb-buffered" => opts.value_reads = cairndb::ValueReads::PageCache,
         "cairndb-append" => opts.journal_prewrite = false,
         "cairndb-norecycle" => opts.journal_recycle = false,
-        "cairndb-dio-journal" => opts.journal_direct = true,
+        "cairndb-buffered-journal" => opts.journal_direct = false,
         _ => return None,
     }
     Some(opts)
@@ -459,8 +459,8 @@ mod tests {
         assert_eq!(direct.value_reads, cairndb::ValueReads::Direct);
         let buffered = opts("cairndb-buffered", None);
         assert_eq!(buffered.value_reads, cairndb::ValueReads::PageCache);
-        assert!(!plain.journal_direct);
-        assert!(opts("cairndb-dio-journal", None).journal_direct);
+        assert!(plain.journal_direct);
+        assert!(!opts("cairndb-buffered-journal", None).journal_direct);
         assert_eq!(direct.value_separation_min, def.value_separation_min);
         // The environment's threshold applies to the variants that
         // separate, never to the inline control.

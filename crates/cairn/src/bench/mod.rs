@@ -132,8 +132,9 @@ pub struct BenchArgs {
     /// controls cairndb-inline (no key-value separation), cairndb-nogc
     /// (value GC's null policy), cairndb-direct (flushed values read
     /// with direct IO), cairndb-append (no journal pre-writing),
-    /// cairndb-norecycle (no journal recycling) and cairndb-dio-journal
-    /// (the journal written with direct IO through a staging ring), and
+    /// cairndb-norecycle (no journal recycling) and
+    /// cairndb-buffered-journal (the journal written through the page
+    /// cache instead of with direct IO), and
     /// the peers rocksdb, lmdb, fjall, redb,
     /// sled (each needs its cargo feature).
     #[arg(long, value_delimiter = ',', default_value = "cairndb")]
