@@ -14,8 +14,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 const BIG: usize = 4096;
-/// 48 MiB of values: more than the share keeps (32 chunks of 1 MiB).
-const N: usize = 12288;
+/// 96 MiB of values: more than the share keeps (16 chunks of 4 MiB).
+const N: usize = 24576;
+/// Bytes of one chunk of the share.
+const CHUNK: u64 = cairndb::limits::SCAN_CHUNK_BYTES;
 
 fn dir() -> &'static Path {
     Path::new("/db")
@@ -92,10 +94,10 @@ fn interleaved_scans_read_each_chunk_once() {
     }
     assert_eq!(n, N);
     let alone = reads(&db) - before;
-    let chunks = (N * BIG) as u64 >> 20;
+    let chunks = (N * BIG) as u64 / CHUNK;
     assert!(
         alone >= chunks - 2 && alone <= chunks + 4,
-        "a lone scan read {alone} chunks of 1 MiB for {chunks} MiB of values"
+        "a lone scan read {alone} chunks for {chunks} chunks' worth of values"
     );
     let ahead = |db: &Db| db.stats().scan_chunks_read_ahead;
     assert!(

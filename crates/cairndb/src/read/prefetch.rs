@@ -114,11 +114,18 @@ impl ReadView {
             let got = match self.segment(run.segment) {
                 // A long run of a flushed segment read ahead (a long
                 // scan: past its first 127 entries): shared with other
-                // scanners; sliced here if every chunk is kept already.
-                Some((_, true)) if overlap && run.end - run.start >= SHARE_RUN_MIN => {
+                // scanners; sliced here if every chunk is kept already,
+                // reading ahead past it as a run read from the device
+                // does, so the device stays busy while scans take chunks
+                // that arrived before they needed them.
+                Some((seg, true)) if overlap && run.end - run.start >= SHARE_RUN_MIN => {
                     run.shared = true;
                     match run.chunks(|seg, index| self.share.ready(seg, index, scan)) {
-                        Some(chunks) => run.slice_chunks(&chunks),
+                        Some(chunks) => {
+                            self.share
+                                .read_ahead(seg, run.chunk_span(), self.reads, self, scan);
+                            run.slice_chunks(&chunks)
+                        }
                         None => {
                             device.push(run);
                             continue;
@@ -335,8 +342,8 @@ impl Run {
     fn read(&self, seg: &Arc<SegmentFile>, how: How, view: &ReadView, scan: &Scan) -> Checked {
         if self.shared {
             let got = self.chunks(|_, index| view.share.get(seg, index, how, &view.policy, scan));
-            let span = (self.start / CHUNK, (self.end - 1) / CHUNK);
-            view.share.read_ahead(seg, span, how, view, scan);
+            view.share
+                .read_ahead(seg, self.chunk_span(), how, view, scan);
             return match got {
                 Some(chunks) => self.slice_chunks(&chunks),
                 None => self.slice(None),
@@ -355,6 +362,11 @@ impl Run {
             .ok()
             .and_then(|len| seg.read_span(self.start, len, direct).ok());
         self.slice(span.as_deref())
+    }
+
+    /// The first and last index of the chunks covering the run.
+    fn chunk_span(&self) -> (u64, u64) {
+        (self.start / CHUNK, (self.end - 1) / CHUNK)
     }
 
     /// The chunks covering the run, each from `get(segment, index)`;

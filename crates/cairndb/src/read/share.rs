@@ -28,23 +28,36 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Bytes per chunk: a multiple of the direct-IO alignment, and the size of
-/// the largest run a scan reads (`prefetch::RUN_BYTES_MAX`).
-pub const CHUNK: u64 = 1 << 20;
-/// Chunks kept (32 MiB): room for scanners some way apart. Four scanners
-/// of the contest's range phase on two cores drift up to tens of chunks
+/// Bytes per chunk: a multiple of the direct-IO alignment, and at least
+/// the largest run a scan reads (`prefetch::RUN_BYTES_MAX`), so a run
+/// spans at most two chunks. 4 MiB, the block
+/// at which the device probe reads fastest here: against 1 MiB chunks the
+/// contest's range phase read 2,513–2,724 against 2,417–2,562 MB/s
+/// (alternated), and four scanners spent 17–30 % less CPU, mostly in the
+/// kernel (a quarter of the requests, wake-ups and pool jobs;
+/// docs/benchmarks.md, "Fourteenth session").
+pub const CHUNK: u64 = 4 << 20;
+/// Chunks kept (64 MiB): room for scanners some way apart. Four scanners
+/// of the contest's range phase on two cores drift up to tens of MiB
 /// apart; a chunk dropped before the last of them took it is read again.
-/// With direct reads (no page cache behind the share) 16 chunks were read
-/// 1.5 times over, 32 about 1.1 times (docs/benchmarks.md, eighth session).
-pub const SHARE_CHUNKS: usize = 32;
+/// With direct reads (no page cache behind the share) 16 MiB were read
+/// 1.5 times over, 32 MiB about 1.1 times (docs/benchmarks.md, eighth
+/// session); 8 chunks of 4 MiB, three of them read ahead, left too little
+/// room and made scans wait for laggards (range 598 MB/s).
+pub const SHARE_CHUNKS: usize = 16;
 /// Shortest run read through the share.
 pub const SHARE_RUN_MIN: u64 = 256 << 10;
 
 /// One chunk's bytes (fewer than [`CHUNK`] at the end of a file), in a
 /// buffer aligned for direct IO, and the values in it whose checksum a
 /// scan has checked already.
+///
+/// The buffer is an anonymous mapping of its own, not heap memory: a
+/// chunk's worth of fresh pages, aligned to a huge page and advised to be
+/// backed by transparent huge pages (`HUGE_PAGE`), which the allocator's
+/// reused heap pages could not be.
 pub struct Chunk {
-    raw: Vec<u8>,
+    mem: memmap2::MmapMut,
     skip: usize,
     len: usize,
     /// One slot per KiB of the chunk: the value starting in that KiB that
@@ -56,36 +69,73 @@ pub struct Chunk {
     checked: Box<[AtomicU64]>,
 }
 
+/// A transparent huge page (x86-64, most arm64 kernels). Chunk buffers
+/// are aligned to it and asked to be backed by huge pages: a direct read
+/// into 4 KiB pages reaches the device as one segment per page, and this
+/// virtual disk takes at most 254 segments per request, so a 4 MiB chunk
+/// went as five requests of scattered pages; from huge pages it goes as
+/// one. Reading settled values files, four threads with 4 MiB x 3 in
+/// flight read 3,775–4,111 MB/s into huge pages against 1,071–1,636 into
+/// small ones, alternated (docs/benchmarks.md, "Fourteenth session").
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Alignment every anonymous mapping has (a page).
+const MAP_ALIGN: usize = 4096;
+
 /// Bytes per slot of `Chunk::checked`.
 const CHECK_SLOT: usize = 1024;
 
+/// Values this long or longer are checked by every scan that takes them:
+/// their length does not fit a tag.
+const TAG_LEN_LIMIT: usize = 1 << 21;
+
 /// The tag of a checked value at `from` in a chunk: valid bit, checksum,
-/// length (up to `CHUNK`, 21 bits), offset within its slot (10 bits).
+/// length (below `TAG_LEN_LIMIT`, 21 bits), offset within its slot (10
+/// bits).
 fn checked_tag(from: usize, len: usize, crc: u32) -> u64 {
     1 << 63 | u64::from(crc) << 31 | (len as u64) << 10 | (from % CHECK_SLOT) as u64
 }
 
 impl Chunk {
-    /// A buffer of `len` bytes starting at an `align`-aligned address.
-    pub fn zeroed(len: usize, align: usize) -> Chunk {
-        let raw = vec![0u8; len + align];
-        let skip = raw.as_ptr().align_offset(align.max(1)).min(align);
+    /// A buffer of `len` zero bytes starting at an `align`-aligned
+    /// address; in huge pages where it holds whole ones (see `HUGE_PAGE`).
+    pub fn zeroed(len: usize, align: usize) -> std::io::Result<Chunk> {
+        let huge = len >= HUGE_PAGE;
+        let align = if huge {
+            align.max(HUGE_PAGE)
+        } else {
+            align.max(1)
+        };
+        // A mapping starts page-aligned: map more only for a coarser
+        // alignment, and start where it is reached.
+        let extra = if align > MAP_ALIGN { align } else { 0 };
+        let mem = memmap2::MmapOptions::new()
+            .len(len.max(1) + extra)
+            .map_anon()?;
+        let skip = mem.as_ptr().align_offset(align).min(extra);
+        if huge {
+            // Before the first touch: the read's page faults then take
+            // huge pages. Without them (a kernel without THP, or none
+            // free), the chunk works the same in small pages.
+            let whole = len / HUGE_PAGE * HUGE_PAGE;
+            let _ = mem.advise_range(memmap2::Advice::HugePage, skip, whole);
+        }
         let checked = (0..len.div_ceil(CHECK_SLOT))
             .map(|_| AtomicU64::new(0))
             .collect();
-        Chunk {
-            raw,
+        Ok(Chunk {
+            mem,
             skip,
             len,
             checked,
-        }
+        })
     }
 
     /// This buffer made ready for `len` new bytes (no value checked), if
     /// it can hold them; the bytes are left as they are (the caller
     /// overwrites them, and `truncate`s to what it wrote).
     fn reuse(mut self, len: usize) -> Option<Chunk> {
-        if self.raw.len() - self.skip < len || self.checked.len() < len.div_ceil(CHECK_SLOT) {
+        if self.mem.len() - self.skip < len || self.checked.len() < len.div_ceil(CHECK_SLOT) {
             return None;
         }
         self.len = len;
@@ -105,6 +155,9 @@ impl Chunk {
         else {
             return false;
         };
+        if len >= TAG_LEN_LIMIT {
+            return crate::format::coding::crc(value) == crc;
+        }
         let Some(slot) = self.checked.get(from / CHECK_SLOT) else {
             return false;
         };
@@ -119,11 +172,11 @@ impl Chunk {
     }
 
     pub fn bytes(&self) -> &[u8] {
-        &self.raw[self.skip..self.skip + self.len]
+        &self.mem[self.skip..self.skip + self.len]
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.raw[self.skip..self.skip + self.len]
+        &mut self.mem[self.skip..self.skip + self.len]
     }
 
     /// Keeps the first `len` bytes (a read that met the end of the file).
@@ -218,7 +271,16 @@ struct Map {
     /// Scans that took chunks lately, by `Scan::id`: a kept chunk near
     /// one of them that it has not taken yet is one it is likely to need.
     scanners: HashMap<u64, Scanner>,
+    /// The segment a forward scan went on to from each segment (into its
+    /// first chunk): where reading ahead continues past a segment's end.
+    /// Settled values are a sequence of values files in key order, so the
+    /// first scan across a boundary teaches every later one.
+    successors: HashMap<u64, u64>,
 }
+
+/// Most successors remembered (`Map::successors`); past it they are
+/// forgotten and learned again.
+const SUCCESSORS_MAX: usize = 4096;
 
 /// One scan's identity in the share (an `Iter` holds one): chunks it took
 /// are not kept for it, chunks near it that it has not taken are.
@@ -233,19 +295,20 @@ pub struct Scan {
 }
 
 /// A scan that took no chunk for this many of the share's ticks (one per
-/// chunk asked for) no longer protects chunks: it paused or ended without
-/// leaving.
-const SCANNER_IDLE_TICKS: u64 = 4 * SHARE_CHUNKS as u64;
-/// A kept chunk no scan used for this many of the map's ticks (four or so
-/// per chunk and scan: a probe and a get for each run) is no longer kept
-/// for scans that lack it.
-const PROTECT_TICKS: u64 = 16 * SHARE_CHUNKS as u64;
+/// chunk a run asks for, and a run spans at most `RUN_BYTES_MAX` = 1 MiB:
+/// about one per MiB and scan) no longer protects chunks: it paused or
+/// ended without leaving.
+const SCANNER_IDLE_TICKS: u64 = 128;
+/// A kept chunk no scan used for this many of the map's ticks (two or so
+/// per run and scan: a probe and a get) is no longer kept for scans that
+/// lack it.
+const PROTECT_TICKS: u64 = 512;
 /// Chunks a long scan has read ahead of the run it took (`read_ahead`):
-/// with the run itself, about five 1 MiB requests in flight per stream.
-/// Chosen by measurement (docs/benchmarks.md, "Thirteenth session"): 4
-/// beat 2, 6 and 8 on a disk that reads 1 MiB twice as fast at depth 4
-/// as at depth 1.
-pub const READ_AHEAD: u64 = 4;
+/// with the run itself, up to four 4 MiB requests in flight per stream
+/// (2.4 on average at a read's start, measured). With 1 MiB chunks, 4
+/// beat 2, 6 and 8 (docs/benchmarks.md, "Thirteenth session"); with 4 MiB
+/// chunks 5 was no faster than 3 on a disk then bandwidth-bound.
+pub const READ_AHEAD: u64 = 3;
 /// Chunks on either side of a scan's last chunk that it protects.
 const SCANNER_REACH: u64 = SHARE_CHUNKS as u64;
 /// Longest a scan needing a new chunk waits for others to take the oldest
@@ -269,7 +332,7 @@ pub struct ChunkShare {
     reads: AtomicU64,
     waits: AtomicU64,
     /// Buffers of dropped chunks nobody held any more, for the next reads
-    /// (a new 1 MiB buffer costs a zeroing or 256 page faults).
+    /// (a new 4 MiB buffer costs a zeroing or 1,024 page faults).
     spare: Mutex<Vec<Chunk>>,
 }
 
@@ -369,7 +432,8 @@ impl ChunkShare {
         let Some((cell, mine)) = cell_mine else {
             // Read for this scan alone, not kept.
             self.reads.fetch_add(1, Ordering::Relaxed);
-            let (chunk, served) = seg.read_chunk(self.buffer(), index * CHUNK, how).ok()?;
+            let buffer = self.buffer().ok()?;
+            let (chunk, served) = seg.read_chunk(buffer, index * CHUNK, how).ok()?;
             policy.count(served);
             return Some(Arc::new(chunk));
         };
@@ -406,7 +470,10 @@ impl ChunkShare {
             bytes: None,
         };
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let bytes = seg.read_chunk(self.buffer(), key.1 * CHUNK, how).ok();
+        let bytes = self
+            .buffer()
+            .and_then(|buffer| seg.read_chunk(buffer, key.1 * CHUNK, how))
+            .ok();
         publish.bytes = bytes.map(|(chunk, served)| {
             policy.count(served);
             Arc::new(chunk)
@@ -420,8 +487,12 @@ impl ChunkShare {
     /// chunks of `seg` past the run `first..=last` that `scan` just took,
     /// in the direction it is moving, unless they are kept already: the
     /// device then has the next chunks of a long scan in flight while the
-    /// scanners slice the current ones. Room is taken only from chunks no
-    /// nearby scan still needs; without room, nothing is read ahead.
+    /// scanners slice the current ones. Forward, past the end of `seg`,
+    /// the read ahead goes on into the first chunks of the segment a scan
+    /// went on to from `seg` before (`Map::successors`), if the view has
+    /// it, so a scan does not wait at each values file's start. Room is
+    /// taken only from chunks no nearby scan still needs; without room,
+    /// nothing is read ahead.
     pub fn read_ahead(
         self: &Arc<Self>,
         seg: &Arc<SegmentFile>,
@@ -433,21 +504,32 @@ impl ChunkShare {
         let Ok(len) = seg.flushed_len() else {
             return;
         };
-        let trend = match self.map.lock().scanners.get(&scan.id) {
-            Some(s) => s.trend,
-            None => return,
+        let (trend, successor) = {
+            let map = self.map.lock();
+            match map.scanners.get(&scan.id) {
+                Some(s) => (s.trend, map.successors.get(&seg.number).copied()),
+                None => return,
+            }
         };
-        let next: Vec<u64> = if trend > 0 {
-            (last + 1..=last + READ_AHEAD).collect()
+        let chunks = len.div_ceil(CHUNK);
+        let next: Vec<(&Arc<SegmentFile>, u64)> = if trend > 0 {
+            let here = (last + 1..=last + READ_AHEAD).take_while(|&i| i < chunks);
+            let mut next: Vec<_> = here.map(|i| (seg, i)).collect();
+            let rest = READ_AHEAD - next.len() as u64;
+            if rest > 0
+                && let Some((then, true)) = successor.and_then(|n| view.segment(n))
+                && let Ok(then_len) = then.flushed_len()
+            {
+                next.extend((0..rest.min(then_len.div_ceil(CHUNK))).map(|i| (then, i)));
+            }
+            next
         } else if trend < 0 {
-            (first.saturating_sub(READ_AHEAD)..first).rev().collect()
+            let from = first.saturating_sub(READ_AHEAD);
+            (from..first.min(chunks)).rev().map(|i| (seg, i)).collect()
         } else {
             return;
         };
-        for index in next {
-            if index.saturating_mul(CHUNK) >= len {
-                break;
-            }
+        for (seg, index) in next {
             let key = (seg.number, index);
             let cell = {
                 let mut map = self.map.lock();
@@ -479,11 +561,14 @@ impl ChunkShare {
         }
     }
 
-    /// A buffer for one chunk read: a spare one, else a new one.
-    fn buffer(&self) -> Chunk {
+    /// A buffer for one chunk read: a spare one, else a new one (`Err`
+    /// only if no memory could be mapped for it).
+    fn buffer(&self) -> std::io::Result<Chunk> {
         let len = CHUNK as usize;
-        let spare = self.spare.lock().pop().and_then(|c| c.reuse(len));
-        spare.unwrap_or_else(|| Chunk::zeroed(len, crate::io::DIRECT_ALIGN))
+        match self.spare.lock().pop().and_then(|c| c.reuse(len)) {
+            Some(spare) => Ok(spare),
+            None => Chunk::zeroed(len, crate::io::DIRECT_ALIGN),
+        }
     }
 
     /// Drops kept chunk `victim` (under the map lock), keeping its buffer
@@ -564,8 +649,23 @@ fn note_scanner(map: &mut Map, key: (u64, u64), scan: &Scan) {
             };
             (s.trend + moved.clamp(-8, 8)).clamp(-8, 8)
         }
-        _ => 0,
+        // Into another segment: a scan over settled values goes on in the
+        // direction it had (the next Part in key order), and reads ahead
+        // in the new segment at once instead of after its first chunk.
+        Some(s) => s.trend,
+        None => 0,
     };
+    if let Some(s) = map.scanners.get(&scan.id)
+        && s.segment != key.0
+        && s.trend > 0
+        && key.1 == 0
+    {
+        if map.successors.len() >= SUCCESSORS_MAX {
+            map.successors.clear();
+        }
+        let from = s.segment;
+        map.successors.insert(from, key.0);
+    }
     map.scanners.insert(
         scan.id,
         Scanner {
@@ -601,14 +701,27 @@ fn needed_by_other(map: &Map, key: (u64, u64), slot: &Slot, except: Option<u64>)
         return false;
     }
     map.scanners.iter().any(|(id, s)| {
-        let ahead_of_it = (s.trend > 0 && key.1 < s.index) || (s.trend < 0 && key.1 > s.index);
         Some(*id) != except
-            && s.segment == key.0
-            && s.index.abs_diff(key.1) <= SCANNER_REACH
-            && !ahead_of_it
+            && within_reach(map, s, key)
             && map.tick - s.seen <= SCANNER_IDLE_TICKS
             && !slot.takers.contains(id)
     })
+}
+
+/// Whether chunk `key` lies on the way of scan `s`: in its segment within
+/// `SCANNER_REACH` chunks and not behind it (a forward scan has passed the
+/// chunks below it, a backward one those above), or, for a forward scan,
+/// among the first [`READ_AHEAD`] chunks of the segment it is known to go
+/// on to (`Map::successors`: what a read ahead across the boundary brought
+/// in). Protecting more of the next segment for scans still before it
+/// filled the map with chunks nobody could drop: two interleaved scans
+/// then read their chunks alone, twice over (`tests/shared_scans.rs`).
+fn within_reach(map: &Map, s: &Scanner, key: (u64, u64)) -> bool {
+    if s.segment == key.0 {
+        let passed = (s.trend > 0 && key.1 < s.index) || (s.trend < 0 && key.1 > s.index);
+        return s.index.abs_diff(key.1) <= SCANNER_REACH && !passed;
+    }
+    s.trend > 0 && map.successors.get(&s.segment) == Some(&key.0) && key.1 < READ_AHEAD
 }
 
 /// The least recently used kept chunk that is not being read and that no
@@ -715,8 +828,11 @@ pub fn gather(chunks: &[ChunkBytes], first: u64, offset: u64, len: usize) -> Opt
 mod tests {
     use super::*;
 
+    /// Chunks a full map keeps (the tests' positions are in chunk numbers).
+    const N: u64 = SHARE_CHUNKS as u64;
+
     fn chunk(fill: u8, len: usize) -> ChunkBytes {
-        let mut c = Chunk::zeroed(len, 4096);
+        let mut c = Chunk::zeroed(len, 4096).expect("a buffer");
         c.bytes_mut().fill(fill);
         assert_eq!(c.bytes().as_ptr() as usize % 4096, 0);
         Arc::new(c)
@@ -761,24 +877,24 @@ mod tests {
 
     #[test]
     fn the_oldest_chunk_every_nearby_scan_took_is_dropped_first() {
-        // Scan 1 is ahead at chunk 40 and took 9..41; scan 2, at 12,
-        // took 9..13 so far.
-        let mut map = map_of(9..41, |i| if i <= 12 { vec![1, 2] } else { vec![1] });
-        at(&mut map, 1, 7, 40, 1000);
+        // Scan 1 is ahead at chunk 8 + N and took 9..9 + N (a full map);
+        // scan 2, at 12, took 9..13 so far.
+        let mut map = map_of(9..9 + N, |i| if i <= 12 { vec![1, 2] } else { vec![1] });
+        at(&mut map, 1, 7, 8 + N, 1000);
         at(&mut map, 2, 7, 12, 999);
         assert_eq!(unneeded(&map), Some((7, 9)));
         assert!(!behind(&map, &scan(1)));
         assert!(behind(&map, &scan(2)), "scan 2 has chunks ahead to take");
         // Once scan 2 has taken nothing yet, every chunk within its reach
         // is needed: none is dropped without a wait.
-        let mut map = map_of(9..41, |_| vec![1]);
-        at(&mut map, 1, 7, 40, 1000);
+        let mut map = map_of(9..9 + N, |_| vec![1]);
+        at(&mut map, 1, 7, 8 + N, 1000);
         at(&mut map, 2, 7, 8, 999);
         assert_eq!(unneeded(&map), None);
         assert_eq!(lru(&map), Some((7, 9)), "the fallback after the wait");
         // Out of its reach, a chunk is not kept for it.
         at(&mut map, 2, 7, 2, 999);
-        assert_eq!(unneeded(&map), Some((7, 35)));
+        assert_eq!(unneeded(&map), Some((7, 3 + N)));
     }
 
     #[test]
@@ -797,9 +913,60 @@ mod tests {
         }
         assert!(map.scanners[&1].trend > 0);
         assert!(map.scanners[&2].trend < 0);
-        // A move to another segment starts over.
+        // A move to another segment keeps the direction: the scan reads
+        // ahead in it from its first chunk.
         note_scanner(&mut map, (8, 0), &fwd);
-        assert_eq!(map.scanners[&1].trend, 0);
+        assert!(map.scanners[&1].trend > 0);
+        note_scanner(&mut map, (9, 40), &bwd);
+        assert!(map.scanners[&2].trend < 0);
+        // A new scan has no direction yet.
+        note_scanner(&mut map, (8, 0), &scan(3));
+        assert_eq!(map.scanners[&3].trend, 0);
+    }
+
+    #[test]
+    fn a_forward_scan_teaches_where_a_segment_goes_on() {
+        let mut map = Map::default();
+        let (fwd, bwd, new) = (scan(1), scan(2), scan(3));
+        for i in [14, 15] {
+            note_scanner(&mut map, (7, i), &fwd);
+        }
+        note_scanner(&mut map, (8, 0), &fwd);
+        assert_eq!(map.successors.get(&7), Some(&8));
+        // Not from a backward scan, nor from one entering mid-segment, nor
+        // from a scan with no direction yet.
+        for i in [21, 20] {
+            note_scanner(&mut map, (9, i), &bwd);
+        }
+        note_scanner(&mut map, (10, 0), &bwd);
+        note_scanner(&mut map, (8, 3), &fwd);
+        note_scanner(&mut map, (11, 0), &new);
+        note_scanner(&mut map, (12, 0), &new);
+        assert_eq!(map.successors.len(), 1, "{:?}", map.successors);
+    }
+
+    #[test]
+    fn the_first_chunks_of_the_next_segment_are_kept_for_scans_still_before_it() {
+        // Scan 1 went on from segment 7 into 8 and took 8's first chunk;
+        // scan 2 is still in 7, moving forward: it will need it.
+        let mut map = map_of(9..12, |_| vec![1, 2]);
+        let cell = Cell::new(true);
+        *cell.state.lock() = Some(Some(chunk(1, 16)));
+        let slot = Slot {
+            cell,
+            used: 1000,
+            takers: vec![1],
+        };
+        map.slots.insert((8, 0), slot);
+        map.successors.insert(7, 8);
+        at(&mut map, 1, 8, 0, 1000);
+        at(&mut map, 2, 7, 11, 1000);
+        assert_eq!(unneeded(&map), Some((7, 9)), "taken by both: first to go");
+        map.slots.retain(|k, _| k.0 == 8);
+        assert_eq!(unneeded(&map), None, "scan 2 still needs (8, 0)");
+        // Without the successor, segment 8 is out of scan 2's way.
+        map.successors.clear();
+        assert_eq!(unneeded(&map), Some((8, 0)));
     }
 
     #[test]
@@ -842,8 +1009,8 @@ mod tests {
 
     #[test]
     fn a_chunk_unused_for_long_is_not_kept_for_a_scan_that_lacks_it() {
-        let mut map = map_of(9..41, |_| vec![1]);
-        at(&mut map, 1, 7, 40, 1000);
+        let mut map = map_of(9..9 + N, |_| vec![1]);
+        at(&mut map, 1, 7, 8 + N, 1000);
         at(&mut map, 2, 7, 8, 999);
         assert_eq!(unneeded(&map), None, "scan 2 lacks them all");
         // Much later, with no use of them in between (scan 2 never takes
@@ -856,18 +1023,22 @@ mod tests {
 
     #[test]
     fn a_scan_past_a_chunk_or_alone_keeps_nothing() {
-        // Chunks 9..41 taken by scan 1 only; scan 2 moves forward at 30:
-        // it has passed 9..30 (its range skipped them), it may still take
-        // 30..41.
-        let mut map = map_of(9..41, |_| vec![1]);
-        at(&mut map, 1, 7, 40, 1000);
-        at(&mut map, 2, 7, 30, 1000);
+        // Chunks 9..9 + N taken by scan 1 only; scan 2 moves forward at
+        // N - 2: it has passed the chunks below (its range skipped them),
+        // it may still take those from N - 2 up.
+        let mut map = map_of(9..9 + N, |_| vec![1]);
+        at(&mut map, 1, 7, 8 + N, 1000);
+        at(&mut map, 2, 7, N - 2, 1000);
         assert_eq!(unneeded(&map), Some((7, 9)));
         map.scanners.get_mut(&2).expect("scan 2").trend = -1;
-        assert_eq!(unneeded(&map), Some((7, 31)), "backward, it passed 31..41");
+        assert_eq!(
+            unneeded(&map),
+            Some((7, N - 1)),
+            "backward, it passed those above it"
+        );
         // A lone scan lacking its own chunks (read ahead, never taken):
         // no other scan needs them, so it drops one instead of waiting.
-        let mut map = map_of(9..41, |_| Vec::new());
+        let mut map = map_of(9..9 + N, |_| Vec::new());
         at(&mut map, 1, 7, 8, 1000);
         assert_eq!(unneeded(&map), None);
         assert!(!behind(&map, &scan(1)));
@@ -882,8 +1053,8 @@ mod tests {
 
     #[test]
     fn idle_and_distant_scans_keep_nothing() {
-        let mut map = map_of(9..41, |_| vec![1]);
-        at(&mut map, 1, 7, 40, 1000);
+        let mut map = map_of(9..9 + N, |_| vec![1]);
+        at(&mut map, 1, 7, 8 + N, 1000);
         // Scan 2 took no chunk for longer than the idle limit.
         at(&mut map, 2, 7, 8, 1000 - SCANNER_IDLE_TICKS - 1);
         assert_eq!(unneeded(&map), Some((7, 9)));
@@ -899,7 +1070,7 @@ mod tests {
 
     #[test]
     fn a_value_is_checked_once_per_offset_length_and_checksum() {
-        let mut c = Chunk::zeroed(8192, 4096);
+        let mut c = Chunk::zeroed(8192, 4096).expect("a buffer");
         c.bytes_mut()[1100..1200].fill(7);
         let crc = crate::format::coding::crc(&c.bytes()[1100..1200]);
         assert!(c.check_value(1100, 100, crc), "matches");
@@ -916,8 +1087,25 @@ mod tests {
     }
 
     #[test]
+    fn a_value_too_long_for_a_tag_is_checked_every_time() {
+        // A tag holds 21 bits of length: a longer value is never passed on
+        // the strength of a slot, whatever another length's tag holds.
+        let len = TAG_LEN_LIMIT + 100;
+        let mut c = Chunk::zeroed(len + 4096, 4096).expect("a buffer");
+        c.bytes_mut()[..len].fill(5);
+        let crc = crate::format::coding::crc(&c.bytes()[..len]);
+        assert!(c.check_value(0, len, crc), "matches");
+        assert_eq!(c.checked[0].load(Ordering::Relaxed), 0, "not remembered");
+        c.bytes_mut()[len / 2] ^= 1;
+        assert!(
+            !c.check_value(0, len, crc),
+            "damage found on the next check"
+        );
+    }
+
+    #[test]
     fn a_reused_buffer_forgets_its_checks() {
-        let mut c = Chunk::zeroed(8192, 4096);
+        let mut c = Chunk::zeroed(8192, 4096).expect("a buffer");
         c.bytes_mut()[..100].fill(3);
         let crc = crate::format::coding::crc(&c.bytes()[..100]);
         assert!(c.check_value(0, 100, crc));
@@ -926,7 +1114,13 @@ mod tests {
         assert_eq!(c.bytes().len(), 8192);
         assert_eq!(c.bytes().as_ptr() as usize % 4096, 0, "still aligned");
         assert!(c.checked.iter().all(|s| s.load(Ordering::Relaxed) == 0));
-        assert!(Chunk::zeroed(1024, 4096).reuse(8192).is_none(), "too small");
+        assert!(
+            Chunk::zeroed(1024, 4096)
+                .expect("a buffer")
+                .reuse(8192)
+                .is_none(),
+            "too small"
+        );
     }
 
     #[test]
