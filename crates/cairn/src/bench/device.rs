@@ -13,10 +13,13 @@
 //!    `write-fresh` (= `seq_write_fresh`). The new file then stays as the
 //!    probe file for the rest.
 //! 2. Sequential writes over the now written file at 64 KiB .. 4 MiB blocks
-//!    with 1 and 4 writers: `seq-write` (best = `seq_write`).
-//! 3. Sequential reads at the same blocks and readers: `seq-read` (best =
-//!    `seq_read`; a disk that serves one block size better on some runs
-//!    than others counts at its best, as for writes).
+//!    with 1 and 4 writers: `seq-write`; then at 1 and 4 MiB from buffers
+//!    in huge pages: `seq-write huge-pages` (best of both = `seq_write`;
+//!    see `Pages`).
+//! 3. Sequential reads at the same blocks, readers and pages: `seq-read`,
+//!    `seq-read huge-pages` (best = `seq_read`; a disk that serves one
+//!    block size better on some runs than others counts at its best, as
+//!    for writes).
 //! 4. Uniform random reads: 4 KiB at `threads` threads (`rand_read_4k`) and at
 //!    64 threads (`rand_read_4k_qd`), 16/64/128 KiB at `threads` threads.
 //! 5. 4 KiB append + fdatasync, buffered (`fdatasync_per_sec`: each sync
@@ -32,14 +35,12 @@
 //! `probe` returns, also on error.
 
 use super::BenchResult;
-use std::alloc::{self, Layout};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 const KIB: usize = 1024;
@@ -55,6 +56,10 @@ const FILE_GRAIN: u64 = 16 * MIB as u64;
 const QD_THREADS: usize = 64;
 const SEQ_BLOCKS: [usize; 4] = [64 * KIB, 256 * KIB, MIB, 4 * MIB];
 const SEQ_THREADS: [usize; 2] = [1, 4];
+/// Blocks of the sequential points also run from huge-page buffers.
+const HUGE_BLOCKS: [usize; 2] = [MIB, 4 * MIB];
+/// Ends the name of a point run from huge-page buffers.
+const HUGE_SUFFIX: &str = "huge-pages";
 const RAND_READ_EXTRA_BLOCKS: [usize; 3] = [16 * KIB, 64 * KIB, 128 * KIB];
 const SYNC_BLOCK: usize = 4 * KIB;
 /// Cap on the fdatasync probe's file (it stops early when reached).
@@ -140,7 +145,12 @@ impl DeviceLimits {
     fn best(&self, name: &str) -> Option<&(String, usize, usize, f64)> {
         self.points
             .iter()
-            .filter(|p| p.0 == name)
+            .filter(|p| {
+                p.0 == name
+                    || p.0
+                        .strip_prefix(name)
+                        .is_some_and(|rest| rest == format!(" {HUGE_SUFFIX}"))
+            })
             .max_by(|a, b| a.3.total_cmp(&b.3))
     }
 }
@@ -211,23 +221,27 @@ pub fn probe(dir: &Path, opts: &ProbeOptions) -> BenchResult<DeviceLimits> {
     out.seq_write_fresh = write_pass(&file, len).map_err(ctx("fresh pass"))?;
     out.push("write-fresh", MIB, 1, out.seq_write_fresh);
 
-    // 2. Sequential overwrites.
-    for &block in &SEQ_BLOCKS {
-        for &t in &SEQ_THREADS {
-            let rate = seq_points(&file, len, block, t, secs, Dir::Write)
-                .map_err(ctx("sequential write"))?;
-            out.push("seq-write", block, t, rate);
-            out.seq_write = out.seq_write.max(rate);
-        }
-    }
-
-    // 3. Sequential reads.
-    for &block in &SEQ_BLOCKS {
-        for &t in &SEQ_THREADS {
-            let rate = seq_points(&file, len, block, t, secs, Dir::Read)
-                .map_err(ctx("sequential read"))?;
-            out.push("seq-read", block, t, rate);
-            out.seq_read = out.seq_read.max(rate);
+    // 2. Sequential overwrites, then 3. sequential reads: 4 KiB pages at
+    // every block, huge pages at the large ones.
+    for (dir, name) in [(Dir::Write, "seq-write"), (Dir::Read, "seq-read")] {
+        let points = SEQ_BLOCKS
+            .iter()
+            .map(|&b| (b, Pages::Small))
+            .chain(HUGE_BLOCKS.iter().map(|&b| (b, Pages::Huge)));
+        for (block, pages) in points {
+            for &t in &SEQ_THREADS {
+                let rate = seq_points(&file, len, block, t, secs, dir, pages).map_err(ctx(name))?;
+                let label = match pages {
+                    Pages::Small => name.to_string(),
+                    Pages::Huge => format!("{name} {HUGE_SUFFIX}"),
+                };
+                out.push(&label, block, t, rate);
+                let best = match dir {
+                    Dir::Write => &mut out.seq_write,
+                    Dir::Read => &mut out.seq_read,
+                };
+                *best = best.max(rate);
+            }
         }
     }
 
@@ -328,7 +342,7 @@ pub fn print(limits: &DeviceLimits) {
         );
     }
     let which = |name: &str| match limits.best(name) {
-        Some((_, b, t, _)) => format!("best {name} point: {} x {t}", size_str(*b)),
+        Some((point, b, t, _)) => format!("best {name} point: {point} {} x {t}", size_str(*b)),
         None => "no point".to_string(),
     };
     println!("Headline limits:");
@@ -458,22 +472,42 @@ impl Drop for Cleanup {
     }
 }
 
-/// A zeroed heap buffer aligned to `ALIGN`, as O_DIRECT requires.
+/// A buffer aligned to `ALIGN`, as O_DIRECT requires, filled with a
+/// pattern: an anonymous mapping of its own (fresh pages, page-aligned);
+/// made with `Pages::Huge`, aligned to a huge page and advised to be backed
+/// by transparent huge pages, as the engine's scan buffers are.
 struct AlignedBuf {
-    ptr: NonNull<u8>,
-    layout: Layout,
+    mem: memmap2::MmapMut,
+    /// Where the aligned bytes start in `mem`.
+    skip: usize,
+    len: usize,
 }
+
+/// A transparent huge page (x86-64 and most arm64 kernels).
+const HUGE_PAGE: usize = 2 << 20;
 
 impl AlignedBuf {
     /// `len` bytes (at least `ALIGN`), filled with a pseudo-random pattern
     /// so that no layer below can compress or deduplicate it away.
     fn new(len: usize, seed: u64) -> io::Result<Self> {
-        let layout = Layout::from_size_align(len.max(ALIGN), ALIGN).map_err(io::Error::other)?;
-        // SAFETY: `layout` has a non-zero size (at least ALIGN bytes).
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "aligned buffer"))?;
-        let mut buf = AlignedBuf { ptr, layout };
+        Self::with_pages(len, seed, Pages::Small)
+    }
+
+    /// `new`, in huge pages if `pages` says so.
+    fn with_pages(len: usize, seed: u64, pages: Pages) -> io::Result<Self> {
+        let len = len.max(ALIGN);
+        // A mapping is page-aligned (ALIGN); huge pages need more.
+        let extra = if pages == Pages::Huge { HUGE_PAGE } else { 0 };
+        let mem = memmap2::MmapOptions::new().len(len + extra).map_anon()?;
+        let skip = if pages == Pages::Huge {
+            let skip = mem.as_ptr().align_offset(HUGE_PAGE).min(extra);
+            // Before the first touch, so the fill's faults take huge pages.
+            mem.advise_range(memmap2::Advice::HugePage, skip, len)?;
+            skip
+        } else {
+            0
+        };
+        let mut buf = AlignedBuf { mem, skip, len };
         let mut rng = SplitMix(seed);
         for chunk in buf.as_mut_slice().chunks_mut(8) {
             let x = rng.next_u64().to_le_bytes();
@@ -483,25 +517,25 @@ impl AlignedBuf {
     }
 
     fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr` points to `layout.size()` initialised (zeroed at
-        // allocation) bytes owned by `self` until drop; the shared borrow of
-        // `self` rules out a concurrent `as_mut_slice`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+        &self.mem[self.skip..self.skip + self.len]
     }
 
     fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in `as_slice`; the exclusive borrow of `self` makes this
-        // the only live reference to the bytes.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+        &mut self.mem[self.skip..self.skip + self.len]
     }
 }
 
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` was returned by `alloc_zeroed` with this very
-        // `layout` and is freed only here, once.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
-    }
+/// The pages behind a probe's buffers. A direct request from 4 KiB pages
+/// reaches the device as one segment per page (this virtual disk takes
+/// at most 254 per request, so a 4 MiB read becomes five requests); from
+/// huge pages, as a few large segments (one request). Which the device
+/// serves faster differs with depth and disk, and the engine's scans read
+/// into huge pages (`read::share::Chunk`), so the sequential probes try
+/// both and the limit is the best of them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pages {
+    Small,
+    Huge,
 }
 
 /// splitmix64: offsets and buffer patterns; no need for a crypto RNG.
@@ -670,6 +704,7 @@ fn seq_points(
     threads: usize,
     secs: f64,
     dir: Dir,
+    pages: Pages,
 ) -> io::Result<f64> {
     let region = len / threads as u64 / block as u64 * block as u64;
     let blocks = region / block as u64;
@@ -677,7 +712,7 @@ fn seq_points(
         return Err(io::Error::other("probe file too small for the block size"));
     }
     let work = |i: usize, deadline: Instant| -> io::Result<u64> {
-        let mut buf = AlignedBuf::new(block, 100 + i as u64)?;
+        let mut buf = AlignedBuf::with_pages(block, 100 + i as u64, pages)?;
         let base = region * i as u64;
         let (mut k, mut bytes) = (0u64, 0u64);
         loop {
