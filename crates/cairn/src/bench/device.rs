@@ -653,12 +653,12 @@ enum Dir {
 /// scan read, at nearly the same moment: this VM's disk serves data read
 /// or written a short while ago far faster than the rest (docs/
 /// benchmarks.md, tenth session), and the probe's points read their file
-/// over and over.
+/// over and over. Into huge pages, as the engine's scans read (`Pages`).
 pub fn read_files_direct(files: &[PathBuf], block: usize, threads: usize) -> io::Result<f64> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let start = Instant::now();
     let reader = |seed: u64| -> io::Result<u64> {
-        let mut buf = AlignedBuf::new(block, seed)?;
+        let mut buf = AlignedBuf::with_pages(block, seed, Pages::Huge)?;
         let mut bytes = 0u64;
         while let Some(path) = files.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
             let file = OpenOptions::new()

@@ -609,7 +609,7 @@ fn note_same_files_read(ctx: &mut Ctx) {
         SAME_FILES_READERS,
     ) {
         Ok(rate) if rate > 0.0 => format!(
-            "the database's files read whole right after (direct, {} MiB x {SAME_FILES_READERS}): \
+            "the database's files read whole right after (direct, huge pages, {} MiB x {SAME_FILES_READERS}): \
              {:.1} MB/s, the scan {:.2} of it",
             SAME_FILES_BLOCK >> 20,
             rate / 1e6,
