@@ -32,10 +32,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// the largest run a scan reads (`prefetch::RUN_BYTES_MAX`), so a run
 /// spans at most two chunks. 4 MiB, the block
 /// at which the device probe reads fastest here: against 1 MiB chunks the
-/// contest's range phase read 2,513–2,724 against 2,417–2,562 MB/s
-/// (alternated), and four scanners spent 17–30 % less CPU, mostly in the
-/// kernel (a quarter of the requests, wake-ups and pool jobs;
-/// docs/benchmarks.md, "Fourteenth session").
+/// contest's range phase read 2,430–2,724 against 2,351–2,652 MB/s (five
+/// runs each, alternated), and four scanners spent about a quarter less
+/// CPU, mostly in the kernel (a quarter of the requests, wake-ups and
+/// pool jobs; docs/benchmarks.md, "Fourteenth session").
 pub const CHUNK: u64 = 4 << 20;
 /// Chunks kept (64 MiB): room for scanners some way apart. Four scanners
 /// of the contest's range phase on two cores drift up to tens of MiB
@@ -332,7 +332,7 @@ pub struct ChunkShare {
     reads: AtomicU64,
     waits: AtomicU64,
     /// Buffers of dropped chunks nobody held any more, for the next reads
-    /// (a new 4 MiB buffer costs a zeroing or 1,024 page faults).
+    /// (a new buffer costs a mapping and its page faults).
     spare: Mutex<Vec<Chunk>>,
 }
 
