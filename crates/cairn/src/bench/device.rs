@@ -502,7 +502,10 @@ impl AlignedBuf {
         let skip = if pages == Pages::Huge {
             let skip = mem.as_ptr().align_offset(HUGE_PAGE).min(extra);
             // Before the first touch, so the fill's faults take huge pages.
-            mem.advise_range(memmap2::Advice::HugePage, skip, len)?;
+            // A kernel without transparent huge pages refuses the advice:
+            // the point then runs from small pages, as the engine's scan
+            // buffers would.
+            let _ = mem.advise_range(memmap2::Advice::HugePage, skip, len);
             skip
         } else {
             0
