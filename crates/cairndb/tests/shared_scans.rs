@@ -135,6 +135,32 @@ fn interleaved_scans_read_each_chunk_once() {
     }
 }
 
+/// A lone forward scan over several values files reads ahead across each
+/// file's end into the next file, which no scan crossed before: every
+/// chunk but the first two is read ahead of the scan (a scan reads ahead
+/// once it has moved from one chunk to the next and so has a direction).
+#[test]
+fn a_first_scan_reads_ahead_into_the_next_values_file() {
+    let fs = MemFs::new();
+    let db = settled(&fs, N);
+    let files = files_with(&fs, dir(), ".values").len();
+    assert!(files >= 2, "{files} values files");
+    let (reads_before, ahead_before) = (reads(&db), db.stats().scan_chunks_read_ahead);
+    let mut n = 0;
+    for kv in db.iter() {
+        assert_eq!(kv.expect("entry"), (key(n), value(n)), "entry {n}");
+        n += 1;
+    }
+    assert_eq!(n, N);
+    let read = reads(&db) - reads_before;
+    let ahead = db.stats().scan_chunks_read_ahead - ahead_before;
+    assert_eq!(
+        ahead,
+        read - 2,
+        "{read} chunks read over {files} values files, {ahead} of them ahead"
+    );
+}
+
 #[test]
 fn scanners_on_threads_all_see_every_value() {
     let fs = MemFs::new();

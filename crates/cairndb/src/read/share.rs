@@ -516,8 +516,15 @@ impl ChunkShare {
             let here = (last + 1..=last + READ_AHEAD).take_while(|&i| i < chunks);
             let mut next: Vec<_> = here.map(|i| (seg, i)).collect();
             let rest = READ_AHEAD - next.len() as u64;
+            let then = match successor {
+                Some(n) => view
+                    .segment(n)
+                    .and_then(|(s, flushed)| flushed.then_some(s)),
+                None if rest > 0 => self.guess_successor(seg.number, view),
+                None => None,
+            };
             if rest > 0
-                && let Some((then, true)) = successor.and_then(|n| view.segment(n))
+                && let Some(then) = then
                 && let Ok(then_len) = then.flushed_len()
             {
                 next.extend((0..rest.min(then_len.div_ceil(CHUNK))).map(|i| (then, i)));
@@ -559,6 +566,33 @@ impl ChunkShare {
                 }
             });
         }
+    }
+
+    /// The values file a forward scan at the end of values file `from`
+    /// most likely goes on to, before any scan did (`Map::successors`
+    /// learns it only at the first crossing, which in a single pass over
+    /// the data is always too late): the next values file by number. A
+    /// full compaction and the settling steps fill values files in key
+    /// order, numbering them as they go, so the guess holds for settled
+    /// data; it is kept as the successor (a scan that goes elsewhere
+    /// corrects it), so its first chunks count as needed like a learned
+    /// successor's. A journal is never guessed: its values lie in write
+    /// order, and scans do not share its runs.
+    fn guess_successor<'v>(
+        &self,
+        from: u64,
+        view: &'v super::ReadView,
+    ) -> Option<&'v Arc<SegmentFile>> {
+        let (&number, next) = view.version.segments.range(from + 1..).next()?;
+        if next.file.is_journal() {
+            return None;
+        }
+        let mut map = self.map.lock();
+        if map.successors.len() >= SUCCESSORS_MAX {
+            map.successors.clear();
+        }
+        map.successors.entry(from).or_insert(number);
+        Some(&next.file)
     }
 
     /// A buffer for one chunk read: a spare one, else a new one (`Err`
