@@ -667,8 +667,9 @@ pub struct Stats {
     /// Times a scan waited for a chunk another scan was reading instead
     /// of reading it again.
     pub scan_chunk_waits: u64,
-    /// Times a scan that needed a new chunk waited for slower scans to
-    /// take the chunks it would otherwise drop (shared scans).
+    /// Times a scan waited for slower scans (shared scans): to take a
+    /// chunk far ahead of one moving behind it, or before dropping chunks
+    /// they had not taken yet.
     pub scan_laggard_waits: u64,
     /// Of `scan_chunk_reads`, the chunks read ahead of the scans that
     /// then took them (or that no scan took).
