@@ -828,11 +828,13 @@ fn note_length(map: &mut Map, segment: u64, len: u64) {
 /// another scan: one moving the same way that moved to another chunk
 /// within `PACE_ACTIVE` of `now` and is more than `PACE_GAP` but at most
 /// `PACE_REACH` chunks behind `key` on the way to it (in the same
-/// segment, or for a forward scan in the segment whose successor holds
-/// `key`, `Map::successors`). Scans over the same range at the same time
+/// segment, or for a forward scan in a segment that leads to `key`'s
+/// through `Map::successors`). Scans over the same range at the same time
 /// then stay within the map's reach of one another, so each chunk is read
-/// once; the scan ahead loses nothing it would not lose to the device
-/// anyway, since the one behind would otherwise read every chunk again.
+/// once: the scan ahead waits a little, where otherwise the one behind
+/// would read every chunk again beside it, sharing the device. A scan
+/// behind that moves on steadily but slower holds the one ahead to its
+/// pace (docs/architecture.md §Shared scans, "Pacing").
 fn lagging(map: &Map, key: (u64, u64), scan: &Scan, now: Instant) -> bool {
     let Some(me) = map.scanners.get(&scan.id) else {
         return false;
