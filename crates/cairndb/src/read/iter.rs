@@ -49,6 +49,13 @@ pub struct Iter {
 
 impl Drop for Iter {
     fn drop(&mut self) {
+        // Let go of the shared chunks its entries hold first, so that
+        // leaving can reuse their buffers (`ChunkShare::recycle`).
+        self.lent = None;
+        for ahead in [&mut self.front_ahead, &mut self.back_ahead] {
+            ahead.queue.clear();
+            ahead.inflight = None;
+        }
         self.view.share.leave(&self.scan);
     }
 }
