@@ -52,6 +52,16 @@ fn settled(fs: &MemFs, n: usize) -> Db {
     db
 }
 
+/// Scans the whole database of `N` entries once, checking each.
+fn scan_all(db: &Db) {
+    let mut n = 0;
+    for kv in db.iter() {
+        assert_eq!(kv.expect("entry"), (key(n), value(n)), "entry {n}");
+        n += 1;
+    }
+    assert_eq!(n, N);
+}
+
 fn reads(db: &Db) -> u64 {
     db.stats().scan_chunk_reads
 }
@@ -87,12 +97,7 @@ fn interleaved_scans_read_each_chunk_once() {
     assert_eq!(reads(&db), before, "a scan of 127 entries read chunks");
 
     let before = reads(&db);
-    let mut n = 0;
-    for kv in db.iter() {
-        assert_eq!(kv.expect("entry"), (key(n), value(n)), "entry {n}");
-        n += 1;
-    }
-    assert_eq!(n, N);
+    scan_all(&db);
     let alone = reads(&db) - before;
     let chunks = (N * BIG) as u64 / CHUNK;
     assert!(
@@ -146,12 +151,7 @@ fn a_first_scan_reads_ahead_into_the_next_values_file() {
     let files = files_with(&fs, dir(), ".values").len();
     assert!(files >= 2, "{files} values files");
     let (reads_before, ahead_before) = (reads(&db), db.stats().scan_chunks_read_ahead);
-    let mut n = 0;
-    for kv in db.iter() {
-        assert_eq!(kv.expect("entry"), (key(n), value(n)), "entry {n}");
-        n += 1;
-    }
-    assert_eq!(n, N);
+    scan_all(&db);
     let read = reads(&db) - reads_before;
     let ahead = db.stats().scan_chunks_read_ahead - ahead_before;
     assert_eq!(

@@ -694,9 +694,9 @@ impl ChunkShare {
     /// Watches `held`, a chunk no longer kept that a scan still holds, so
     /// its buffer is reused once the scan lets go. Without this, four
     /// scanners holding the chunks of their windows made most dropped
-    /// chunks' buffers unmapped, and most reads map and fault in a new
-    /// one (in one run of the contest's range phase the kernel zeroing
-    /// new huge pages was 14 % of the process's samples).
+    /// chunks' buffers unmapped, and many reads map and fault in a new
+    /// one (in one profiled run of the contest's range phase the kernel
+    /// zeroing new huge pages under `pread` was 14 % of its samples).
     fn drain(&self, held: ChunkBytes) {
         let mut draining = self.draining.lock();
         if draining.len() >= DRAINING_MAX {
