@@ -571,14 +571,14 @@ impl ChunkShare {
             return;
         };
         let (trend, successor) = {
-            let map = self.map.lock();
+            let mut map = self.map.lock();
+            note_length(&mut map, seg.number, len);
             match map.scanners.get(&scan.id) {
                 Some(s) => (s.trend, map.successors.get(&seg.number).copied()),
                 None => return,
             }
         };
         let chunks = len.div_ceil(CHUNK);
-        note_length(&mut self.map.lock(), seg.number, len);
         let next: Vec<(&Arc<SegmentFile>, u64)> = if trend > 0 {
             let here = (last + 1..=last + READ_AHEAD).take_while(|&i| i < chunks);
             let mut next: Vec<_> = here.map(|i| (seg, i)).collect();
