@@ -93,13 +93,21 @@ impl<'a> Reader<'a> {
 
 /// CRC-32C of `data`, masked like LevelDB's so a CRC stored inside data that
 /// is itself checksummed does not produce a trivially predictable value.
+///
+/// `crc_fast` folds with carry-less multiplies (AVX-512 VPCLMULQDQ where the
+/// CPU has it) and is 2-3x the `crc32` instruction loop of the `crc32c`
+/// crate on 4 KiB values here; a scan checks every value it reads, so this
+/// is a large share of a scan's CPU. Same polynomial, same result.
 pub fn crc(data: &[u8]) -> u32 {
-    mask(crc32c::crc32c(data))
+    mask(crc_fast::crc32_iscsi(data))
 }
 
 /// CRC-32C over two slices as if concatenated, masked.
 pub fn crc2(a: &[u8], b: &[u8]) -> u32 {
-    mask(crc32c::crc32c_append(crc32c::crc32c(a), b))
+    let mut d = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+    d.update(a);
+    d.update(b);
+    mask(d.finalize() as u32)
 }
 
 fn mask(c: u32) -> u32 {
@@ -123,5 +131,18 @@ mod tests {
         }
         // eleven continuation bytes are rejected, not wrapped
         assert_eq!(Reader::new(&[0xff; 11]).varint(), None);
+    }
+
+    #[test]
+    fn crc_is_masked_crc32c_and_crc2_is_crc_of_the_concatenation() {
+        // The CRC-32C check value of "123456789" (RFC 3720, B.4), masked:
+        // files written before the checksum crate changed stay readable.
+        assert_eq!(crc(b"123456789"), mask(0xe306_9283));
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        for cut in [0, 1, 8, 63, 64, 4096, 9_999, 10_000] {
+            let (a, b) = data.split_at(cut);
+            assert_eq!(crc2(a, b), crc(&data), "cut at {cut}");
+        }
+        assert_ne!(crc(&data[1..]), crc(&data));
     }
 }

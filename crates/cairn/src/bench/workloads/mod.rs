@@ -380,7 +380,7 @@ pub fn make_value(i: u64, version: u32, len: usize) -> Vec<u8> {
         x ^= x >> 27;
         chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
     }
-    let crc = crc32c::crc32c(&v[..len - 4]);
+    let crc = crc_fast::crc32_iscsi(&v[..len - 4]);
     v[len - 4..].copy_from_slice(&crc.to_le_bytes());
     v
 }
@@ -461,7 +461,7 @@ pub fn check_value(i: u64, v: &[u8]) -> Result<(), String> {
         return Err(format!("key {i}: value of {} bytes is too short", v.len()));
     }
     let (body, crc) = v.split_at(v.len() - 4);
-    if crc32c::crc32c(body).to_le_bytes() != crc {
+    if crc_fast::crc32_iscsi(body).to_le_bytes() != crc {
         return Err(format!("key {i}: value checksum mismatch"));
     }
     check_stamp(i, v)
