@@ -161,6 +161,47 @@ fn a_first_scan_reads_ahead_into_the_next_values_file() {
     );
 }
 
+/// Reads ahead go on by themselves while a scan stays where it is (busy
+/// with what it has), so the device keeps working for it; and they stop a
+/// few chunks on (`STREAM_AHEAD`, 6), so a scan that stops costs little.
+#[test]
+fn reads_ahead_go_on_a_few_chunks_past_a_scan_that_holds_still() {
+    let fs = MemFs::new();
+    let db = settled(&fs, N);
+    let before = reads(&db);
+    let per_chunk = (CHUNK / BIG as u64) as usize;
+    let mut it = db.iter();
+    // Into the second chunk: the scan has moved forward once.
+    for n in 0..per_chunk + 100 {
+        assert_eq!(
+            it.next().expect("entry").expect("entry"),
+            (key(n), value(n))
+        );
+    }
+    // Wait for the reads in flight (and those they start) to end.
+    let mut last = reads(&db);
+    let mut still = 0;
+    for _ in 0..500 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        let now = reads(&db);
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+        if still >= 20 {
+            break;
+        }
+    }
+    let read = last - before;
+    // The scan took chunk 1, and its iterator's windows reach at most one
+    // chunk further: reads started by the scan alone (three past the
+    // chunk of its last run) end by chunk 5, six past it by chunk 7 at
+    // least and chunk 8 at most.
+    assert!(
+        (8..=9).contains(&read),
+        "{read} chunks read for a scan holding still in chunk 1"
+    );
+    drop(it);
+}
+
 #[test]
 fn scanners_on_threads_all_see_every_value() {
     let fs = MemFs::new();
