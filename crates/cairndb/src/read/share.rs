@@ -608,13 +608,9 @@ impl ChunkShare {
             let here = (last + 1..=last + READ_AHEAD).take_while(|&i| i < chunks);
             let mut next: Vec<_> = here.map(|i| (seg, i)).collect();
             let rest = READ_AHEAD - next.len() as u64;
-            let then = match successor {
-                Some(n) => view
-                    .segment(n)
-                    .and_then(|(s, flushed)| flushed.then_some(s)),
-                None if rest > 0 => self.guess_successor(seg.number, &view.version),
-                None => None,
-            };
+            let then = (rest > 0)
+                .then(|| self.successor(seg.number, successor, &view.version))
+                .flatten();
             if rest > 0
                 && let Some(then) = then
                 && let Ok(then_len) = then.flushed_len()
@@ -727,13 +723,25 @@ impl ChunkShare {
             return Some((seg.clone(), index + 1));
         }
         let known = self.map.lock().successors.get(&seg.number).copied();
-        let then = match known {
-            Some(n) => reader.version.segment(n),
-            None => self.guess_successor(seg.number, &reader.version),
-        }?;
+        let then = self.successor(seg.number, known, &reader.version)?;
         then.flushed_len()
             .is_ok_and(|l| l > 0)
             .then(|| (then.clone(), 0))
+    }
+
+    /// The values file forward scans go on to from `from`: `known` (the
+    /// map's successor of `from`, looked up by the caller) if `version`
+    /// has it, else the guess (`guess_successor`).
+    fn successor<'v>(
+        &self,
+        from: u64,
+        known: Option<u64>,
+        version: &'v Version,
+    ) -> Option<&'v Arc<SegmentFile>> {
+        match known {
+            Some(n) => version.segment(n),
+            None => self.guess_successor(from, version),
+        }
     }
 
     /// Whether the map may take one more chunk: it has room, or a chunk no
