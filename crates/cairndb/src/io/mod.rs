@@ -97,12 +97,23 @@ pub trait FileRead: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Whether the page cache holds every byte of `offset..offset + len`
+    /// (`len` > 0), asked without reading; false if not, or if the file
+    /// system cannot tell. Callers ask before they allocate a buffer: a
+    /// scan's missed spans are up to 1 MiB, and a new buffer's first
+    /// touch is the slow part of a miss on a virtual machine.
+    fn cached(&self, _offset: u64, _len: u64) -> bool {
+        false
+    }
     /// Fills `buf` from `offset` only if the page cache already holds
     /// every byte (`Ok(true)`), never waiting for the device; `Ok(false)`
     /// if it does not, or the file system cannot tell: the caller then
     /// reads the usual way (which may wait).
-    fn read_cached(&self, _buf: &mut [u8], _offset: u64) -> io::Result<bool> {
-        Ok(false)
+    fn read_cached(&self, buf: &mut [u8], offset: u64) -> io::Result<bool> {
+        if buf.is_empty() || !self.cached(offset, buf.len() as u64) {
+            return Ok(false);
+        }
+        Ok(self.read_at(buf, offset)? == buf.len())
     }
     /// Hint that reads of this file land at random offsets: read from the
     /// device only what is asked (no read-ahead).

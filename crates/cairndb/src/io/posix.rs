@@ -219,15 +219,12 @@ impl FileRead for PosixRead {
         self.len
     }
     /// Asks the kernel which pages of the range it caches (`cachestat`,
-    /// which looks without reading) and reads only if it holds them all.
-    /// Not `preadv2(RWF_NOWAIT)`: on a miss that starts a read-ahead of
-    /// the range before it answers `EAGAIN`, so a caller that then reads
-    /// the bytes directly would have the device read them twice.
-    fn read_cached(&self, buf: &mut [u8], offset: u64) -> io::Result<bool> {
-        if buf.is_empty() || !cached_whole(&self.file, offset, buf.len() as u64) {
-            return Ok(false);
-        }
-        Ok(self.read_at(buf, offset)? == buf.len())
+    /// which looks without reading). Not `preadv2(RWF_NOWAIT)`: on a miss
+    /// that starts a read-ahead of the range before it answers `EAGAIN`,
+    /// so a caller that then reads the bytes directly would have the
+    /// device read them twice.
+    fn cached(&self, offset: u64, len: u64) -> bool {
+        len > 0 && cached_whole(&self.file, offset, len)
     }
     fn advise_random(&self) {
         // Only a hint: a file system that ignores it still reads right.
@@ -341,5 +338,40 @@ impl Fs for PosixFs {
             )),
             Err(fs::TryLockError::Error(e)) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_cache_is_asked_before_a_cached_read_touches_the_buffer() {
+        if SYS_CACHESTAT.is_none() {
+            return; // no `cachestat` on this architecture: never cached
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..3 * 4096u32).map(|i| (i % 251) as u8).collect();
+        fs::write(&path, &data).unwrap();
+        let file = PosixFs.open(&path).unwrap();
+        // Just written through the page cache: every page is there.
+        assert!(file.cached(0, data.len() as u64));
+        assert!(file.cached(5000, 100));
+        assert!(!file.cached(0, 0), "an empty range is never cached");
+        assert!(!file.cached(data.len() as u64, 4096), "past the end");
+        let mut buf = vec![0u8; 100];
+        assert!(file.read_cached(&mut buf, 5000).unwrap());
+        assert_eq!(buf, data[5000..5100]);
+        // Written back and dropped from the page cache: not cached, and
+        // the buffer is left as it was.
+        File::open(&path).unwrap().sync_all().unwrap();
+        let f = File::open(&path).unwrap();
+        rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        assert!(!file.cached(0, data.len() as u64));
+        let mut buf = vec![7u8; 100];
+        assert!(!file.read_cached(&mut buf, 5000).unwrap());
+        assert_eq!(buf, [7u8; 100]);
     }
 }

@@ -504,15 +504,15 @@ impl super::FileRead for StagedRead {
         self.file.advise_random();
     }
 
-    /// Bytes in the file: as the file answers. Otherwise read at once (the
-    /// ring is memory; a range straddling `flushed` may wait for its part
-    /// in the file).
-    fn read_cached(&self, buf: &mut [u8], offset: u64) -> io::Result<bool> {
-        let end = offset + buf.len() as u64;
+    /// Bytes in the file: as the file answers. Otherwise yes (the ring is
+    /// memory; a range straddling `flushed` may wait for its part in the
+    /// file).
+    fn cached(&self, offset: u64, len: u64) -> bool {
+        let end = offset.saturating_add(len);
         if end <= self.shared.in_file.load(Ordering::Acquire) {
-            return self.file.read_cached(buf, offset);
+            return self.file.cached(offset, len);
         }
-        self.read_exact_at(buf, offset).map(|()| true)
+        len > 0
     }
 }
 

@@ -207,21 +207,21 @@ impl SegmentFile {
     /// The value `ptr` names if the page cache holds all of it and it
     /// matches the pointer; `Ok(None)` otherwise (nothing waited for).
     pub fn read_cached(&self, ptr: &ValuePtr) -> io::Result<Option<Vec<u8>>> {
-        let mut buf = vec![0u8; ptr.len as usize];
-        let hit = self
-            .handle(&self.reader, false)?
-            .read_cached(&mut buf, ptr.offset)?;
-        Ok((hit && ptr.matches(&buf)).then_some(buf))
+        let value = self.read_span_cached(ptr.offset, ptr.len as usize)?;
+        Ok(value.filter(|v| ptr.matches(v)))
     }
 
     /// `read_span` through the page cache if it holds every byte;
-    /// `Ok(None)` (nothing waited for) if it does not or cannot tell.
+    /// `Ok(None)` (nothing waited for) if it does not or cannot tell. The
+    /// buffer is allocated only after the page cache said yes.
     pub fn read_span_cached(&self, offset: u64, len: usize) -> io::Result<Option<Vec<u8>>> {
+        let reader = self.handle(&self.reader, false)?;
+        if !reader.cached(offset, len as u64) {
+            return Ok(None);
+        }
         let mut buf = vec![0u8; len];
-        let hit = self
-            .handle(&self.reader, false)?
-            .read_cached(&mut buf, offset)?;
-        Ok(hit.then_some(buf))
+        let got = reader.read_at(&mut buf, offset)?;
+        Ok((got == len).then_some(buf))
     }
 
     /// True if the segment is a journal (values in write order), false if
