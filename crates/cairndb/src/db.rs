@@ -581,6 +581,7 @@ impl Db {
             scan_chunk_waits: inner.share.waits(),
             scan_laggard_waits: inner.share.laggard_waits(),
             scan_chunks_read_ahead: inner.share.ahead_reads(),
+            scan_new_buffers: inner.share.new_buffers(),
             value_bytes_moved: inner.counters.value_bytes_moved.load(Ordering::Relaxed),
             journals_recycled: inner.reaper.recycled.load(Ordering::Relaxed),
             journals_free: inner.reaper.free.lock().len(),
@@ -674,6 +675,10 @@ pub struct Stats {
     /// Of `scan_chunk_reads`, the chunks read ahead of the scans that
     /// then took them (or that no scan took).
     pub scan_chunks_read_ahead: u64,
+    /// Chunk buffers (`limits::SCAN_CHUNK_BYTES` each) shared scans used
+    /// for the first time since open; every other chunk read reused one.
+    /// A new buffer's memory is faulted in by its first read.
+    pub scan_new_buffers: u64,
     /// Separated value bytes compactions moved to values files since
     /// open (value GC and settling).
     pub value_bytes_moved: u64,

@@ -104,6 +104,17 @@ fn interleaved_scans_read_each_chunk_once() {
         alone >= chunks - 2 && alone <= chunks + 4,
         "a lone scan read {alone} chunks for {chunks} chunks' worth of values"
     );
+    // Dropped chunks give their buffers to the next reads: fewer buffers
+    // than chunks, and a second scan needs few new ones (a chunk dropped
+    // while the scan still holds it comes back only once let go).
+    let new = db.stats().scan_new_buffers;
+    assert!(
+        new > 0 && new < chunks,
+        "{new} new buffers for {chunks} chunks"
+    );
+    scan_all(&db);
+    let again = db.stats().scan_new_buffers - new;
+    assert!(again < chunks / 4, "a second scan took {again} new buffers");
     let ahead = |db: &Db| db.stats().scan_chunks_read_ahead;
     assert!(
         ahead(&db) > chunks / 2,

@@ -388,10 +388,11 @@ impl Engine for CairnEngine {
     fn scan_note(&self) -> Option<String> {
         let s = self.db.stats();
         Some(format!(
-            "shared scans read {} chunks of {} MiB ({} ahead), waited {} times for a read, {} for laggards; {}",
+            "shared scans read {} chunks of {} MiB ({} ahead) into {} new buffers, waited {} times for a read, {} for laggards; {}",
             s.scan_chunk_reads,
             cairndb::limits::SCAN_CHUNK_BYTES >> 20,
             s.scan_chunks_read_ahead,
+            s.scan_new_buffers,
             s.scan_chunk_waits,
             s.scan_laggard_waits,
             value_reads_note(&s)

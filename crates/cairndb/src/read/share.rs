@@ -368,6 +368,9 @@ pub struct ChunkShare {
     laggard_waits: AtomicU64,
     /// Chunks read ahead of the scans (stats; also in `reads`).
     ahead_reads: AtomicU64,
+    /// Buffers handed to a read for the first time (stats): each one's
+    /// memory is faulted in by that read.
+    new_buffers: AtomicU64,
     /// Chunks read from files, and waits for a read in flight (stats).
     reads: AtomicU64,
     waits: AtomicU64,
@@ -794,9 +797,11 @@ impl ChunkShare {
         }
         let mut fresh = self.fresh.lock();
         if let Some(buffer) = fresh.pop() {
+            self.new_buffers.fetch_add(1, Ordering::Relaxed);
             return Ok(buffer);
         }
         let buffer = Chunk::zeroed(len, crate::io::DIRECT_ALIGN)?;
+        self.new_buffers.fetch_add(1, Ordering::Relaxed);
         while fresh.len() + 1 < FRESH_BATCH {
             match Chunk::zeroed(len, crate::io::DIRECT_ALIGN) {
                 Ok(more) => fresh.push(more),
@@ -878,6 +883,12 @@ impl ChunkShare {
     /// before dropping a chunk they lack).
     pub fn laggard_waits(&self) -> u64 {
         self.laggard_waits.load(Ordering::Relaxed)
+    }
+
+    /// Chunk buffers first used since open (each one's memory faulted in
+    /// by the read that used it); the rest were reused.
+    pub fn new_buffers(&self) -> u64 {
+        self.new_buffers.load(Ordering::Relaxed)
     }
 
     /// Chunks read ahead of the scans since open (`read_ahead`).
@@ -1613,11 +1624,17 @@ mod tests {
             taken.push(share.buffer().expect("a buffer"));
         }
         assert!(share.fresh.lock().is_empty(), "the batch is used up");
+        assert_eq!(share.new_buffers(), FRESH_BATCH as u64);
         let spare = taken.pop().expect("a buffer");
         let at = spare.bytes().as_ptr();
         share.keep_spare(spare);
         assert_eq!(share.buffer().expect("a buffer").bytes().as_ptr(), at);
         assert!(share.fresh.lock().is_empty(), "a spare was there");
+        assert_eq!(
+            share.new_buffers(),
+            FRESH_BATCH as u64,
+            "a spare is not new"
+        );
         let _next = share.buffer().expect("a buffer");
         assert_eq!(share.fresh.lock().len(), FRESH_BATCH - 1, "a new batch");
     }
