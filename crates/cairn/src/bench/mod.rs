@@ -181,9 +181,9 @@ pub struct BenchArgs {
     /// 262,144 (1 GiB) in the default suite.
     #[arg(long)]
     pub contest_keys: Option<u64>,
-    /// contest: memory left for engine plus page cache, in MiB (a balloon
-    /// holds the rest; 0 disables the cap); default 2048, or 512 in the
-    /// default suite.
+    /// contest: memory left for engine plus page cache, in MiB (a memory
+    /// cgroup, else a balloon holding the rest; 0 disables the cap);
+    /// default 2048, or 512 in the default suite.
     #[arg(long)]
     pub mem_cap_mib: Option<u64>,
     /// contest: how the settle phase settles: `compact` calls the
