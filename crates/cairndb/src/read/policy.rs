@@ -13,7 +13,8 @@
 //! and plain buffered reads otherwise, looking again at most once a
 //! second.
 //!
-//! Asking costs a system call (`cachestat`) and a buffer per read, about
+//! Asking costs a system call (`cachestat`) per read (the buffer comes
+//! only after a yes), about
 //! a tenth of a point read's CPU (docs/benchmarks.md, "Eleventh
 //! session"), and on data far larger than memory nearly every answer is
 //! no: direct reads do not fill the page cache. So after
