@@ -203,12 +203,9 @@ impl Options {
             block_restart_interval: 16,
             filter: true,
             table_bytes: 32 << 20,
-            // Level-0 tables of separated values are small (one per
-            // journal): each merge rewrites all of level 1, so fewer,
-            // larger merges (docs/architecture.md, "Picking a compaction").
-            l0_compaction_trigger: 8,
-            l0_slowdown_trigger: 16,
-            l0_stop_trigger: 24,
+            l0_compaction_trigger: 4,
+            l0_slowdown_trigger: 8,
+            l0_stop_trigger: 12,
             level1_bytes: 256 << 20,
             level_multiplier: 10,
             journal_bytes: 64 << 20,
