@@ -157,6 +157,10 @@ pub(crate) struct Inner {
     /// recorded in `Journal::recent`. Databases without transactions pay
     /// nothing for the log.
     pub txn_begun: std::sync::atomic::AtomicBool,
+    /// Set when the last level-0 merge dropped little (a load of new
+    /// keys): level 0 then waits for `l0_compaction_trigger_new_keys`
+    /// tables. Not persisted: after open, the first merge decides.
+    pub l0_new_keys: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {

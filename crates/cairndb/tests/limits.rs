@@ -197,6 +197,14 @@ fn invalid_options_are_refused_before_touching_the_disk() {
                 ..base.clone()
             },
         ),
+        (
+            "new-keys trigger below the compaction trigger",
+            Options {
+                l0_compaction_trigger: 4,
+                l0_compaction_trigger_new_keys: 3,
+                ..base.clone()
+            },
+        ),
     ];
     for (what, opts) in cases {
         match Db::open("/db", opts) {

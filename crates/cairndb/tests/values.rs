@@ -932,6 +932,72 @@ fn wait_for(db: &Db, secs: u64, done: impl Fn(&cairndb::Stats) -> bool) -> bool 
     done(&db.stats())
 }
 
+/// A level-0 merge that drops nothing (the keys were new) rewrites level 1
+/// for no gain but fewer tables to search, so the next waits for
+/// `l0_compaction_trigger_new_keys` tables; once a merge drops overwritten
+/// versions (dead values that value GC must learn of), level 0 compacts
+/// at `l0_compaction_trigger` again.
+#[test]
+fn level_0_waits_longer_while_its_merges_meet_only_new_keys() {
+    let fs = MemFs::new();
+    let o = Options {
+        l0_compaction_trigger: 2,
+        l0_compaction_trigger_new_keys: 6,
+        l0_slowdown_trigger: 8,
+        l0_stop_trigger: 12,
+        background_compaction: true,
+        settle_after_idle: None,
+        ..opts(&fs, 1024)
+    };
+    let db = Db::open(dir(), o).expect("open");
+    // One level-0 table per call: 50 keys, interleaved with the other
+    // rounds' so that every table overlaps level 1.
+    let table = |round: usize, fill: u8| {
+        for i in 0..50 {
+            db.put(key(i * 16 + round), vec![fill; 2048]).expect("put");
+        }
+        db.flush().expect("flush");
+    };
+    let settled = |merges: u64| {
+        wait_for(&db, 30, |s| {
+            s.compactions == merges && s.tables_per_level[0] == 0
+        })
+    };
+    // Until a merge has shown otherwise, level 0 compacts at 2 tables.
+    table(0, 1);
+    table(1, 1);
+    assert!(settled(1), "first merge: {:?}", db.stats());
+    // That merge dropped nothing: five more tables of new keys wait.
+    for round in 2..7 {
+        table(round, 1);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let s = db.stats();
+    assert_eq!((s.compactions, s.tables_per_level[0]), (1, 5), "{s:?}");
+    table(7, 1);
+    assert!(settled(2), "merge at 6 tables: {:?}", db.stats());
+    // Six tables overwriting rounds 0..6: their merge drops 300 versions.
+    for round in 0..6 {
+        table(round, 2);
+    }
+    assert!(settled(3), "merge of overwrites: {:?}", db.stats());
+    // Overwrites found: two tables start a merge again.
+    table(6, 3);
+    table(7, 3);
+    assert!(settled(4), "merge at 2 tables again: {:?}", db.stats());
+    for round in 0..8 {
+        let want = if round < 6 { 2 } else { 3 };
+        for i in 0..50 {
+            let k = key(i * 16 + round);
+            assert_eq!(
+                db.get(&k).expect("get"),
+                Some(vec![want; 2048]),
+                "round {round}"
+            );
+        }
+    }
+}
+
 /// With `settle_after_idle`, the background thread settles values left in
 /// journals once the database is idle, as a full compaction would: no
 /// `Db::compact` call. Without it, nothing moves however long the
@@ -993,6 +1059,7 @@ fn settling_rewrites_deeper_tables_in_place() {
         journal_bytes: 64 << 10,
         table_bytes: 1024,
         l0_compaction_trigger: 1,
+        l0_compaction_trigger_new_keys: 1,
         background_compaction: true,
         settle_after_idle: None,
         ..opts(&fs, 1024)

@@ -1,7 +1,11 @@
 //! Leveled compaction: merging tables into the next level.
 //!
 //! Picking: level 0 is scored by table count against
-//! `l0_compaction_trigger`, level i >= 1 by bytes against
+//! `l0_compaction_trigger`, or `l0_compaction_trigger_new_keys` while
+//! level-0 merges drop under `L0_DROPS_MIN` of the entries they read from
+//! level 0 (a load of new keys: the merge's rewrite of level 1 buys
+//! nothing but fewer tables to search; `L0Triggers`), level i >= 1 by
+//! bytes against
 //! `level1_bytes * level_multiplier^(i-1)`; the highest score >= 1 is
 //! compacted. Level 0 compacts all its tables with the overlapping level-1
 //! tables; a deeper level compacts one table (round robin through its key
@@ -61,12 +65,49 @@ fn level_target(opts: &Options, level: usize) -> u64 {
     t
 }
 
-/// Score of each level that can be compacted (the last cannot).
-fn scores(v: &Version, opts: &Options) -> Vec<f64> {
+/// A level-0 merge that drops fewer entries than this share of those it
+/// read from level 0 finds the keys new: the next waits for
+/// `l0_compaction_trigger_new_keys` tables.
+const L0_DROPS_MIN: f64 = 0.125;
+
+/// Level-0 table counts that start a compaction, slow writers and stop
+/// them: the options', or while level-0 merges meet only new keys
+/// (`Inner::l0_new_keys`) each moved up to start compactions at
+/// `l0_compaction_trigger_new_keys`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct L0Triggers {
+    pub compact: usize,
+    pub slowdown: usize,
+    pub stop: usize,
+}
+
+impl L0Triggers {
+    pub fn new(opts: &Options, new_keys: bool) -> Self {
+        let up = if new_keys {
+            opts.l0_compaction_trigger_new_keys
+                .saturating_sub(opts.l0_compaction_trigger)
+        } else {
+            0
+        };
+        L0Triggers {
+            compact: opts.l0_compaction_trigger.saturating_add(up),
+            slowdown: opts.l0_slowdown_trigger.saturating_add(up),
+            stop: opts.l0_stop_trigger.saturating_add(up),
+        }
+    }
+
+    pub fn now(inner: &Inner) -> Self {
+        Self::new(&inner.opts, inner.l0_new_keys.load(Ordering::Relaxed))
+    }
+}
+
+/// Score of each level that can be compacted (the last cannot), level 0
+/// against `l0_trigger` tables.
+fn scores(v: &Version, opts: &Options, l0_trigger: usize) -> Vec<f64> {
     (0..LEVELS - 1)
         .map(|l| {
             if l == 0 {
-                v.levels[0].len() as f64 / opts.l0_compaction_trigger as f64
+                v.levels[0].len() as f64 / l0_trigger as f64
             } else {
                 v.level_bytes(l) as f64 / level_target(opts, l) as f64
             }
@@ -78,15 +119,14 @@ fn scores(v: &Version, opts: &Options) -> Vec<f64> {
 /// are about to stop). Level 0 pressure grows linearly from the slowdown
 /// trigger to the stop trigger; byte debt of deeper levels adds pressure
 /// once a level is more than twice its target.
-pub(crate) fn write_pressure(v: &Version, opts: &Options) -> f64 {
-    let l0 = v.levels[0].len();
-    let l0_pressure = if l0 >= opts.l0_slowdown_trigger {
-        (l0 - opts.l0_slowdown_trigger + 1) as f64
-            / (opts.l0_stop_trigger - opts.l0_slowdown_trigger + 1) as f64
+pub(crate) fn write_pressure(v: &Version, opts: &Options, l0: L0Triggers) -> f64 {
+    let tables = v.levels[0].len();
+    let l0_pressure = if tables >= l0.slowdown {
+        (tables - l0.slowdown + 1) as f64 / (l0.stop - l0.slowdown + 1) as f64
     } else {
         0.0
     };
-    let bytes_pressure = scores(v, opts)
+    let bytes_pressure = scores(v, opts, l0.compact)
         .iter()
         .skip(1)
         .map(|s| ((s - 2.0) / 8.0).clamp(0.0, 1.0))
@@ -100,8 +140,13 @@ fn user_range(files: &[sync::Arc<TableFile>]) -> Option<(Vec<u8>, Vec<u8>)> {
     Some((lo.to_vec(), hi.to_vec()))
 }
 
-fn pick(v: &Version, opts: &Options, pointer: &mut [Vec<u8>; LEVELS]) -> Option<Compaction> {
-    let (level, score) = scores(v, opts)
+fn pick(
+    v: &Version,
+    opts: &Options,
+    l0_trigger: usize,
+    pointer: &mut [Vec<u8>; LEVELS],
+) -> Option<Compaction> {
+    let (level, score) = scores(v, opts, l0_trigger)
         .into_iter()
         .enumerate()
         .max_by(|a, b| a.1.total_cmp(&b.1))?;
@@ -159,7 +204,10 @@ pub(crate) fn run(inner: &Inner) {
                 }
                 if bg.error.is_none() {
                     let v = inner.state.read().version.clone();
-                    if scores(&v, &inner.opts).iter().any(|s| *s >= 1.0) {
+                    if scores(&v, &inner.opts, L0Triggers::now(inner).compact)
+                        .iter()
+                        .any(|s| *s >= 1.0)
+                    {
                         break Work::Compact;
                     }
                     if bg.paused.is_none() && idle.due(inner, &v) {
@@ -176,7 +224,12 @@ pub(crate) fn run(inner: &Inner) {
                 let appended = inner.counters.journal_bytes.load(Ordering::Relaxed);
                 let allowance = gc_allowance(&inner.opts, appended - appended_before);
                 appended_before = appended;
-                match pick(&v, &inner.opts, &mut pointer) {
+                match pick(
+                    &v,
+                    &inner.opts,
+                    L0Triggers::now(inner).compact,
+                    &mut pointer,
+                ) {
                     Some(c) => compact(inner, &v, c, Moving::Paced(allowance)),
                     None => Ok(()),
                 }
@@ -486,7 +539,14 @@ fn compact(inner: &Inner, v: &Version, c: Compaction, moving: Moving) -> Result<
             .extend(c.below.iter().map(|f| (out_level, f.number)));
         let all: Vec<_> = c.inputs.iter().chain(&c.below).cloned().collect();
         match merge(inner, v, &all, out_level, moving)? {
-            Some(merged) => merged.into_edit(&mut edit),
+            Some(merged) => {
+                if c.level == 0 {
+                    let read: u64 = c.inputs.iter().map(|f| f.entries).sum();
+                    let new_keys = (merged.dropped as f64) < L0_DROPS_MIN * read as f64;
+                    inner.l0_new_keys.store(new_keys, Ordering::Relaxed);
+                }
+                merged.into_edit(&mut edit)
+            }
             None => return Ok(()),
         }
     }
@@ -549,6 +609,9 @@ struct Merged {
     dead: Vec<(u64, u64)>,
     /// Value bytes, per values file, it moved there.
     moved: Vec<(u64, u64)>,
+    /// Entries it dropped: shadowed versions no snapshot reads, tombstones
+    /// with nothing left to hide.
+    dropped: u64,
 }
 
 impl Merged {
@@ -788,6 +851,7 @@ fn merge_into(
     let mut newer_seqno = u64::MAX;
     let mut dead = std::collections::BTreeMap::<u64, u64>::new();
     let mut moved = std::collections::BTreeMap::<u64, u64>::new();
+    let mut dropped = 0u64;
     let mut moves = Moves::default();
     let mut ptr_buf = Vec::new();
     // A settling step cut short gives up unless it has moved as many value
@@ -820,6 +884,7 @@ fn merge_into(
             && is_base_level(v, out_level, user);
         newer_seqno = seqno;
         if shadowed || dead_tombstone {
+            dropped += 1;
             if key::tag_kind(tag) == Kind::Pointer as u8 {
                 let ptr = ValuePtr::decode(merged.value()).ok_or_else(|| {
                     Error::corruption(&inner.dir, 0, "malformed value pointer in a table")
@@ -895,6 +960,7 @@ fn merge_into(
         tables: outputs,
         dead: dead.into_iter().collect(),
         moved: moved.into_iter().collect(),
+        dropped,
     }))
 }
 
@@ -914,7 +980,25 @@ fn finish(inner: &Inner, writer: Option<(u64, TableWriter)>, level: usize) -> Re
 
 #[cfg(test)]
 mod tests {
-    use super::{PAGE, gc_allowance, padding};
+    use super::{L0Triggers, PAGE, gc_allowance, padding};
+
+    /// While level-0 merges meet only new keys, compaction starts at the
+    /// new-keys count and the slowdown and stop move up with it: a load
+    /// is not slowed before its first merge could run.
+    #[test]
+    fn new_keys_move_every_level_0_trigger_up_together() {
+        let opts = crate::Options::default();
+        let base = L0Triggers::new(&opts, false);
+        assert_eq!((base.compact, base.slowdown, base.stop), (4, 8, 12));
+        let new = L0Triggers::new(&opts, true);
+        assert_eq!((new.compact, new.slowdown, new.stop), (16, 20, 24));
+        let same = crate::Options {
+            l0_compaction_trigger_new_keys: 4,
+            ..crate::Options::default()
+        };
+        let t = L0Triggers::new(&same, true);
+        assert_eq!((t.compact, t.slowdown, t.stop), (4, 8, 12));
+    }
 
     /// A full compaction that succeeds lifts a pause left by a background
     /// compaction that ran out of space: after it, no level may be over

@@ -320,7 +320,11 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                 journal_file.reader(),
             ))),
             sealed: Vec::new(),
-            pressure: crate::compaction::write_pressure(&rec.version, &opts),
+            pressure: crate::compaction::write_pressure(
+                &rec.version,
+                &opts,
+                crate::compaction::L0Triggers::new(&opts, false),
+            ),
             table_seqno_max: rec.last_seqno,
             version: Arc::new(rec.version),
         }),
@@ -355,6 +359,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         share: Arc::default(),
         policy: Arc::new(crate::read::policy::ReadPolicy::new(opts.value_reads)),
         txn_begun: std::sync::atomic::AtomicBool::new(false),
+        l0_new_keys: std::sync::atomic::AtomicBool::new(false),
         opts,
     })
 }

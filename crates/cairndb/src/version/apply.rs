@@ -80,7 +80,11 @@ impl Inner {
             m.last_seqno = m.last_seqno.max(s);
         }
         {
-            let pressure = crate::compaction::write_pressure(&version, &self.opts);
+            let pressure = crate::compaction::write_pressure(
+                &version,
+                &self.opts,
+                crate::compaction::L0Triggers::now(self),
+            );
             let mut s = self.state.write();
             s.version = Arc::new(version);
             s.pressure = pressure;

@@ -557,7 +557,7 @@ impl Inner {
                     .fetch_add(pause.as_micros() as u64, Ordering::Relaxed);
                 continue;
             }
-            let must_wait = l0 >= self.opts.l0_stop_trigger
+            let must_wait = l0 >= crate::compaction::L0Triggers::now(self).stop
                 || (mem_bytes >= self.opts.memtable_bytes
                     && sealed >= self.opts.memtables_sealed_max);
             if must_wait {
