@@ -35,6 +35,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Bytes of each value: 4 KiB, as in the contest.
 pub const VALUE_LEN: usize = 4096;
@@ -260,6 +261,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         );
     }
 
+    let client = client_alone(cfg)?;
     ctx.fresh()?;
     // Device bytes written from here to the end of the settle phase, for
     // the whole workload's write amplification.
@@ -272,6 +274,21 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         |db, p| put_every_key(db, p, cfg, 0),
     );
     set_target(ctx, WRITE_TARGET);
+    if let Some(row) = ctx.rows.last_mut() {
+        let of = if dev.seq_write > 0.0 {
+            format!(" = {:.2} of seq write", client / dev.seq_write)
+        } else {
+            String::new()
+        };
+        let note = format!(
+            "the client alone (same threads making the same keys and values, no engine) {:.1} MB/s{of}",
+            client / 1e6
+        );
+        row.note = Some(match row.note.take() {
+            Some(n) => format!("{n}; {note}"),
+            None => note,
+        });
+    }
     ctx.flush_and_measure_space(data)?;
     // The values lie in write order, random in key order: a scan of them
     // from the device reads at random, whatever the engine does.
@@ -343,21 +360,11 @@ fn put_every_key(
     version: u32,
 ) -> BenchResult<Outcome> {
     let n = cfg.keys.max(1);
-    let threads = cfg.threads.max(1);
     let entry = (8 + cfg.value_len) as u64;
     let groups_before = db.write_groups();
-    parallel(threads, |t| {
-        let seed = cfg.seed + 500 * u64::from(version) + t as u64;
-        let mut rng = Rng::new(seed);
-        let mut order: Vec<u64> = (t as u64..n).step_by(threads).collect();
-        for i in (1..order.len()).rev() {
-            order.swap(i, rng.below(i as u64 + 1) as usize);
-        }
-        for i in order {
-            let k = key_of(i);
-            db.put(&make_key(k, 8), &make_value(k, version, cfg.value_len))?;
-            p.add(1, entry);
-        }
+    each_key(cfg, version, |key, value| {
+        db.put(&key, &value)?;
+        p.add(1, entry);
         Ok(())
     })?;
     // How many writers' puts one journal append carried.
@@ -375,6 +382,45 @@ fn put_every_key(
         note,
         ..Outcome::default()
     })
+}
+
+/// Makes every key and its value of `version`, `cfg.threads` threads
+/// each taking its share in its own random order, and hands them to `f`.
+fn each_key(
+    cfg: &Config,
+    version: u32,
+    f: impl Fn(Vec<u8>, Vec<u8>) -> BenchResult<()> + Sync,
+) -> BenchResult<()> {
+    let n = cfg.keys.max(1);
+    let threads = cfg.threads.max(1);
+    parallel(threads, |t| {
+        let seed = cfg.seed + 500 * u64::from(version) + t as u64;
+        let mut rng = Rng::new(seed);
+        let mut order: Vec<u64> = (t as u64..n).step_by(threads).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        for i in order {
+            let k = key_of(i);
+            f(make_key(k, 8), make_value(k, version, cfg.value_len))?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// The write phase's client with no engine: the same threads make the
+/// same keys and values and drop them. User bytes per second: what no
+/// engine's write phase can pass on this machine, since its client does
+/// this work as well.
+fn client_alone(cfg: &Config) -> BenchResult<f64> {
+    let entry = (8 + cfg.value_len) as u64;
+    let start = Instant::now();
+    each_key(cfg, 0, |key, value| {
+        std::hint::black_box((key, value));
+        Ok(())
+    })?;
+    Ok((cfg.keys.max(1) * entry) as f64 / start.elapsed().as_secs_f64())
 }
 
 /// Overwrites every key once more (new values of the same size, each
