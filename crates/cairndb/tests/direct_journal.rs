@@ -161,3 +161,72 @@ fn synced_writes_are_in_the_journal_file() {
     let db = Db::open(copy.path(), opts(64 << 20)).expect("direct journal test");
     check(&db, 300, 2);
 }
+
+/// Sealed journals on `dir` whose every byte the page cache holds, and
+/// sealed journals in all (the newest journal is the one being written).
+fn cached_sealed_journals(dir: &Path) -> (usize, usize) {
+    use cairndb::io::{Fs, PosixFs};
+    let mut journals: Vec<_> = std::fs::read_dir(dir)
+        .expect("direct journal test")
+        .map(|e| e.expect("direct journal test").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "journal"))
+        .collect();
+    journals.sort();
+    journals.pop();
+    let cached = journals
+        .iter()
+        .filter(|p| {
+            let r = PosixFs.open(p).expect("direct journal test");
+            r.cached(0, r.len())
+        })
+        .count();
+    (cached, journals.len())
+}
+
+/// `warm_written_values`: while values are read through the page cache,
+/// each journal is read into it in the background at its seal, so the
+/// first reads of its values need not wait for the device. Without the
+/// option the direct journal leaves them out of the page cache.
+#[test]
+fn sealed_journals_are_read_into_the_page_cache_when_asked() {
+    use cairndb::io::{Fs, PosixFs};
+    let probe = tempfile::tempdir().expect("direct journal test");
+    let file = probe.path().join("probe");
+    std::fs::write(&file, vec![7u8; 64 << 10]).expect("direct journal test");
+    let r = PosixFs.open(&file).expect("direct journal test");
+    let _ = std::fs::read(&file);
+    if !r.cached(0, r.len()) {
+        eprintln!("skipped: this kernel cannot tell what the page cache holds");
+        return;
+    }
+    for warm in [false, true] {
+        let dir = tempfile::tempdir().expect("direct journal test");
+        let db = Db::open(
+            dir.path(),
+            Options {
+                journal_bytes: 1 << 20,
+                value_reads: cairndb::ValueReads::PageCache,
+                warm_written_values: warm,
+                ..opts(256 << 10)
+            },
+        )
+        .expect("direct journal test");
+        for i in 0..1200 {
+            put(&db, i, 0, false);
+        }
+        db.flush().expect("direct journal test");
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let (mut cached, mut sealed) = cached_sealed_journals(dir.path());
+        while warm && cached < sealed && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            (cached, sealed) = cached_sealed_journals(dir.path());
+        }
+        assert!(sealed >= 3, "journals sealed: {sealed}");
+        if warm {
+            assert_eq!(cached, sealed, "every sealed journal read in");
+        } else {
+            assert_eq!(cached, 0, "written directly, none is in the page cache");
+        }
+        check(&db, 1200, 0);
+    }
+}

@@ -142,7 +142,10 @@ pub trait Engine: Send + Sync {
 ///   recycling);
 /// - `cairndb-buffered-journal`: `journal_direct = false`, the journal
 ///   written with buffered `write`s through the page cache (the control
-///   for the default direct journal).
+///   for the default direct journal);
+/// - `cairndb-warm`: `warm_written_values = true`, journals and values
+///   files read back into the page cache in the background while values
+///   fit in memory (the option's cost to writes, its gain to reads).
 pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb",
     "cairndb-inline",
@@ -152,6 +155,7 @@ pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb-append",
     "cairndb-norecycle",
     "cairndb-buffered-journal",
+    "cairndb-warm",
 ];
 
 /// Overrides the separation threshold of every CairnDB variant that
@@ -202,6 +206,7 @@ pub fn cairn_options(
         "cairndb-append" => opts.journal_prewrite = false,
         "cairndb-norecycle" => opts.journal_recycle = false,
         "cairndb-buffered-journal" => opts.journal_direct = false,
+        "cairndb-warm" => opts.warm_written_values = true,
         _ => return None,
     }
     Some(opts)
@@ -463,6 +468,8 @@ mod tests {
         assert_eq!(buffered.value_reads, cairndb::ValueReads::PageCache);
         assert!(plain.journal_direct);
         assert!(!opts("cairndb-buffered-journal", None).journal_direct);
+        assert!(!plain.warm_written_values);
+        assert!(opts("cairndb-warm", None).warm_written_values);
         assert_eq!(direct.value_separation_min, def.value_separation_min);
         // The environment's threshold applies to the variants that
         // separate, never to the inline control.

@@ -8,7 +8,8 @@
 //!   OK/FAIL/SKIP and a note.
 //!   Where CairnDB ran beside its controls (`cairndb-inline`,
 //!   `cairndb-nogc`, `cairndb-direct`, `cairndb-append`,
-//!   `cairndb-norecycle`, `cairndb-buffered-journal`), a block below the
+//!   `cairndb-norecycle`, `cairndb-buffered-journal`, `cairndb-warm`), a
+//!   block below the
 //!   table gives cairndb's rate over
 //!   each control's, per workload/phase.
 //! - `write_jsonl`: the same as JSON lines, appended to a file, for

@@ -550,9 +550,30 @@ fn compact(inner: &Inner, v: &Version, c: Compaction, moving: Moving) -> Result<
             None => return Ok(()),
         }
     }
+    let moved: Vec<u64> = edit.value_live.iter().map(|&(n, _)| n).collect();
     inner.log_and_apply(edit, |_| {})?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
+    warm_values(inner, &moved);
     Ok(())
+}
+
+/// `Options::warm_written_values`: values files a merge wrote (directly,
+/// past the page cache) are read into it in the background while values
+/// are read through it, as journals are at their seal.
+fn warm_values(inner: &Inner, numbers: &[u64]) {
+    if numbers.is_empty() || !inner.opts.warm_written_values {
+        return;
+    }
+    let v = inner.state.read().version.clone();
+    if inner.policy.how(|| v.value_bytes_live()) != crate::read::policy::How::PageCache {
+        return;
+    }
+    for n in numbers {
+        if let Some(seg) = v.segments.get(n) {
+            let file = seg.file.clone();
+            inner.workers.run(move || file.will_need());
+        }
+    }
 }
 
 /// `Db::compact`: merges every table into one level (the deepest holding
@@ -584,8 +605,10 @@ pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
             ));
         }
     }
+    let moved: Vec<u64> = edit.value_live.iter().map(|&(n, _)| n).collect();
     inner.log_and_apply(edit, |_| {})?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
+    warm_values(inner, &moved);
     // A background compaction that ran out of space while this one waited
     // for the lock paused background work; this merge did its work, and
     // may have left the thread none to retry (no level over its target),

@@ -118,6 +118,9 @@ pub trait FileRead: Send + Sync {
     /// Hint that reads of this file land at random offsets: read from the
     /// device only what is asked (no read-ahead).
     fn advise_random(&self) {}
+    /// Hint that the whole file will be read soon: the page cache may read
+    /// it in the background (the caller does not wait for the device).
+    fn will_need(&self) {}
     /// The file's descriptor, for batched reads through io_uring
     /// (`io::uring`); `None` where the backend has none (the simulated
     /// file system), and reads go through `read_at`.

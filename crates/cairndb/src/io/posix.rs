@@ -199,6 +199,9 @@ struct PosixRead {
     len: u64,
 }
 
+/// Bytes `PosixRead::will_need` asks the page cache for per call.
+const WILL_NEED_STEP: u64 = 2 << 20;
+
 impl FileRead for PosixRead {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.file.read_exact_at(buf, offset)
@@ -229,6 +232,22 @@ impl FileRead for PosixRead {
     fn advise_random(&self) {
         // Only a hint: a file system that ignores it still reads right.
         let _ = rustix::fs::fadvise(&self.file, 0, None, rustix::fs::Advice::Random);
+    }
+    fn will_need(&self) {
+        // Only a hint, as above. Linux reads at most its read-ahead window
+        // (8 MiB here) per call: asked for a whole 64 MiB file at once it
+        // read 8 MiB of it, asked 2 MiB at a time all of it (`fincore`).
+        // The file's length now: `len` is as opened (a journal grows).
+        let Ok(meta) = self.file.metadata() else {
+            return;
+        };
+        let step = std::num::NonZeroU64::new(WILL_NEED_STEP);
+        for offset in (0..meta.len()).step_by(WILL_NEED_STEP as usize) {
+            let advice = rustix::fs::Advice::WillNeed;
+            if rustix::fs::fadvise(&self.file, offset, step, advice).is_err() {
+                return;
+            }
+        }
     }
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;

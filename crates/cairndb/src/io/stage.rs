@@ -504,6 +504,10 @@ impl super::FileRead for StagedRead {
         self.file.advise_random();
     }
 
+    fn will_need(&self) {
+        self.file.will_need();
+    }
+
     /// Bytes in the file: as the file answers. Otherwise yes (the ring is
     /// memory; a range straddling `flushed` may wait for its part in the
     /// file).

@@ -106,6 +106,15 @@ impl SegmentFile {
         Ok(slot.get_or_init(|| r))
     }
 
+    /// Asks the page cache to read the whole segment in the background
+    /// (`FileRead::will_need`); a segment that cannot be opened is left
+    /// alone (its reads will report that).
+    pub fn will_need(&self) {
+        if let Ok(r) = self.handle(&self.reader, false) {
+            r.will_need();
+        }
+    }
+
     /// Reads the value `ptr` names. `Ok(None)` if the bytes read do not
     /// match the pointer's length and checksum (after one re-read, so a
     /// transient flip on the way from the device is not called damage).
