@@ -161,6 +161,9 @@ pub(crate) struct Inner {
     /// keys): level 0 then waits for `l0_compaction_trigger_new_keys`
     /// tables. Not persisted: after open, the first merge decides.
     pub l0_new_keys: std::sync::atomic::AtomicBool,
+    /// Segments written past the page cache, to be read into it once
+    /// writes pause (`Options::warm_written_values`; `compaction::warm`).
+    pub to_warm: Mutex<Vec<u64>>,
 }
 
 impl Inner {

@@ -360,6 +360,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         policy: Arc::new(crate::read::policy::ReadPolicy::new(opts.value_reads)),
         txn_begun: std::sync::atomic::AtomicBool::new(false),
         l0_new_keys: std::sync::atomic::AtomicBool::new(false),
+        to_warm: parking_lot::Mutex::new(Vec::new()),
         opts,
     })
 }

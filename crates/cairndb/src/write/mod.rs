@@ -28,7 +28,6 @@ use crate::format::vptr::ValuePtr;
 use crate::limits::{GROUP_BYTES_MAX, SEQNO_MAX};
 use crate::memtable::{MemWriter, Memtable};
 use crate::options::WriteOptions;
-use crate::read::policy::How;
 use crate::txn::Validation;
 use crate::txn::recent::RecentWrites;
 use crate::version::files;
@@ -626,25 +625,22 @@ impl Inner {
         journal.file = Some(new_file);
         journal.number = number;
         journal.presync_at = PRESYNC_BYTES;
-        let (sealed, version) = {
+        let sealed = {
             let mut s = self.state.write();
             let segment = SegmentFile::new_journal(&self.reaper, number, reader);
             let fresh = Memtable::with_segment(segment);
             let old = std::mem::replace(&mut s.mem, Arc::new(fresh));
-            let sealed = old.segment().cloned();
+            let sealed = old.segment().map(|seg| seg.number);
             s.sealed.push(old);
-            (sealed, s.version.clone())
+            sealed
         };
         drop(journal);
-        self.notify_bg();
         // `warm_written_values`: the journal just sealed is read into the
-        // page cache in the background while values are read through it.
-        if let Some(segment) = sealed
-            && self.opts.warm_written_values
-            && self.policy.how(|| version.value_bytes_live()) == How::PageCache
-        {
-            self.workers.run(move || segment.will_need());
+        // page cache once writes pause.
+        if let Some(sealed) = sealed {
+            crate::compaction::warm_later(self, &[sealed]);
         }
+        self.notify_bg();
         Ok(())
     }
 }
