@@ -158,14 +158,13 @@ pub struct Options {
     /// (`ValueReads::PageCache`, or `Auto` with the values fitting in
     /// memory), read each journal sealed and each values file a
     /// compaction wrote back into the page cache once writes pause (no
-    /// journal append for 200 ms): written with direct IO, their values
-    /// are not there, and each value's first read waits for the device,
-    /// where a buffered writer's would be in memory. Measured on this
-    /// project's VM (dbbench, 4 KiB values): readrandom after the fills
-    /// 2.1x faster and readseq 2.2x, the fills within 3-11 %; writes
-    /// right after a pause pay for the read-back (deleterandom 3.5x
-    /// slower: new page-cache memory is slow to fault in here). Default
-    /// false.
+    /// journal append for 200 ms), on one worker thread: written with
+    /// direct IO, their values are not there, and each value's first read
+    /// would wait for the device, where a buffered writer's would be in
+    /// memory. Measured on this project's VM (dbbench, 4 KiB values):
+    /// readrandom after the fills 2.1-2.4x faster and readseq 2.0-2.2x,
+    /// the fills within noise; what runs right after a pause shares the
+    /// machine with the read-back. Default true.
     pub warm_written_values: bool,
     /// Run compactions in a background thread (default true). When false,
     /// only `Db::compact` compacts: for tests that want a fixed shape.
@@ -245,7 +244,7 @@ impl Options {
             journal_direct: true,
             journal_ring_bytes: 16 << 20,
             journal_recycle: true,
-            warm_written_values: false,
+            warm_written_values: true,
             background_compaction: true,
             sabotage: Sabotage::default(),
         }

@@ -143,9 +143,9 @@ pub trait Engine: Send + Sync {
 /// - `cairndb-buffered-journal`: `journal_direct = false`, the journal
 ///   written with buffered `write`s through the page cache (the control
 ///   for the default direct journal);
-/// - `cairndb-warm`: `warm_written_values = true`, journals and values
-///   files read back into the page cache in the background while values
-///   fit in memory (the option's cost to writes, its gain to reads).
+/// - `cairndb-cold`: `warm_written_values = false`, journals and values
+///   files not read back into the page cache after writes pause (the
+///   control for it).
 pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb",
     "cairndb-inline",
@@ -155,7 +155,7 @@ pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb-append",
     "cairndb-norecycle",
     "cairndb-buffered-journal",
-    "cairndb-warm",
+    "cairndb-cold",
 ];
 
 /// Overrides the separation threshold of every CairnDB variant that
@@ -206,7 +206,7 @@ pub fn cairn_options(
         "cairndb-append" => opts.journal_prewrite = false,
         "cairndb-norecycle" => opts.journal_recycle = false,
         "cairndb-buffered-journal" => opts.journal_direct = false,
-        "cairndb-warm" => opts.warm_written_values = true,
+        "cairndb-cold" => opts.warm_written_values = false,
         _ => return None,
     }
     Some(opts)
@@ -468,8 +468,8 @@ mod tests {
         assert_eq!(buffered.value_reads, cairndb::ValueReads::PageCache);
         assert!(plain.journal_direct);
         assert!(!opts("cairndb-buffered-journal", None).journal_direct);
-        assert!(!plain.warm_written_values);
-        assert!(opts("cairndb-warm", None).warm_written_values);
+        assert!(plain.warm_written_values);
+        assert!(!opts("cairndb-cold", None).warm_written_values);
         assert_eq!(direct.value_separation_min, def.value_separation_min);
         // The environment's threshold applies to the variants that
         // separate, never to the inline control.

@@ -134,8 +134,8 @@ pub struct BenchArgs {
     /// with direct IO), cairndb-append (no journal pre-writing),
     /// cairndb-norecycle (no journal recycling) and
     /// cairndb-buffered-journal (the journal written through the page
-    /// cache instead of with direct IO), cairndb-warm (written values
-    /// read back into the page cache while they fit in memory), and
+    /// cache instead of with direct IO), cairndb-cold (written values
+    /// not read back into the page cache after writes pause), and
     /// the peers rocksdb, lmdb, fjall, redb,
     /// sled (each needs its cargo feature).
     #[arg(long, value_delimiter = ',', default_value = "cairndb")]

@@ -8,7 +8,7 @@
 //!   OK/FAIL/SKIP and a note.
 //!   Where CairnDB ran beside its controls (`cairndb-inline`,
 //!   `cairndb-nogc`, `cairndb-direct`, `cairndb-append`,
-//!   `cairndb-norecycle`, `cairndb-buffered-journal`, `cairndb-warm`), a
+//!   `cairndb-norecycle`, `cairndb-buffered-journal`, `cairndb-cold`), a
 //!   block below the
 //!   table gives cairndb's rate over
 //!   each control's, per workload/phase.

@@ -594,20 +594,25 @@ pub(crate) fn warm_later(inner: &Inner, numbers: &[u64]) {
     }
 }
 
-/// Hands every remembered segment still live to a worker thread that
-/// asks the kernel to read it into the page cache, if values are read
-/// through it now (they fit in memory); else forgets them.
+/// Hands the remembered segments still live to one worker thread that
+/// asks the kernel to read them into the page cache, one after the other,
+/// if values are read through it now (they fit in memory); else forgets
+/// them. One thread, not one per segment: the read-back's page faults
+/// then take at most one core from what runs after the pause.
 fn warm(inner: &Inner) {
     let numbers = std::mem::take(&mut *inner.to_warm.lock());
     let v = inner.state.read().version.clone();
     if inner.policy.how(|| v.value_bytes_live()) != crate::read::policy::How::PageCache {
         return;
     }
-    for n in numbers {
-        if let Some(seg) = v.segments.get(&n) {
-            let file = seg.file.clone();
-            inner.workers.run(move || file.will_need());
-        }
+    let files: Vec<_> = numbers
+        .iter()
+        .filter_map(|n| v.segments.get(n).map(|seg| seg.file.clone()))
+        .collect();
+    if !files.is_empty() {
+        inner
+            .workers
+            .run(move || files.iter().for_each(|f| f.will_need()));
     }
 }
 
