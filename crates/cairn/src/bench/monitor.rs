@@ -61,6 +61,10 @@ pub struct PhaseStats {
     #[allow(dead_code)]
     pub disk_read_bytes: u64,
     pub disk_write_bytes: u64,
+    /// Seconds the disk had a request in flight (all processes; 0 without
+    /// a disk), and the phase's wall time as the sampler saw it.
+    pub disk_busy_secs: f64,
+    pub wall_secs: f64,
     /// CPU used by other processes (and stolen by the hypervisor) during
     /// the phase, in cores: machine busy time minus this process's, over
     /// the wall time.
@@ -276,18 +280,43 @@ fn ticks_per_sec() -> f64 {
 
 /// Bytes (read, written) of `disk` so far, from /proc/diskstats.
 pub fn disk_bytes(disk: Option<&str>) -> (u64, u64) {
-    let Some(disk) = disk else { return (0, 0) };
-    let Ok(stats) = std::fs::read_to_string("/proc/diskstats") else {
-        return (0, 0);
+    let c = disk_counters(disk);
+    (c.read, c.written)
+}
+
+/// What /proc/diskstats counts for one disk.
+#[derive(Clone, Copy, Default)]
+struct DiskCounters {
+    read: u64,
+    written: u64,
+    /// Milliseconds the disk had at least one request in flight
+    /// (`io_ticks`).
+    busy_ms: u64,
+}
+
+fn disk_counters(disk: Option<&str>) -> DiskCounters {
+    let Some(disk) = disk else {
+        return DiskCounters::default();
     };
-    for line in stats.lines() {
+    std::fs::read_to_string("/proc/diskstats")
+        .ok()
+        .and_then(|stats| parse_counters(&stats, disk))
+        .unwrap_or_default()
+}
+
+/// `disk`'s line of /proc/diskstats text (sectors of 512 bytes).
+fn parse_counters(stats: &str, disk: &str) -> Option<DiskCounters> {
+    stats.lines().find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
-        if f.get(2) == Some(&disk) {
-            let sectors = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-            return (sectors(5) * 512, sectors(9) * 512);
-        }
-    }
-    (0, 0)
+        (f.get(2) == Some(&disk)).then(|| {
+            let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+            DiskCounters {
+                read: field(5) * 512,
+                written: field(9) * 512,
+                busy_ms: field(12),
+            }
+        })
+    })
 }
 
 /// Counters at one instant.
@@ -302,6 +331,7 @@ struct Snapshot {
     cpu_ns: u64,
     disk_read: u64,
     disk_write: u64,
+    disk_busy_ms: u64,
     machine_busy: u64,
 }
 
@@ -309,7 +339,7 @@ impl Snapshot {
     fn take(progress: &Progress, disk: Option<&str>) -> Snapshot {
         let machine_busy = machine_busy_ticks();
         let (cpu_user, cpu_sys) = cpu_ticks();
-        let (disk_read, disk_write) = disk_bytes(disk);
+        let disk_counters = disk_counters(disk);
         Snapshot {
             at: Instant::now(),
             ops: progress.ops.load(Ordering::Relaxed),
@@ -317,8 +347,9 @@ impl Snapshot {
             cpu_user,
             cpu_sys,
             cpu_ns: process_cpu_ns(),
-            disk_read,
-            disk_write,
+            disk_read: disk_counters.read,
+            disk_write: disk_counters.written,
+            disk_busy_ms: disk_counters.busy_ms,
             machine_busy,
         }
     }
@@ -431,6 +462,8 @@ impl Sampler {
             peak_rss: peak_rss(),
             disk_read_bytes: end.disk_read.saturating_sub(self.start.disk_read),
             disk_write_bytes: end.disk_write.saturating_sub(self.start.disk_write),
+            disk_busy_secs: end.disk_busy_ms.saturating_sub(self.start.disk_busy_ms) as f64 / 1e3,
+            wall_secs: wall,
         }
     }
 }
@@ -492,6 +525,20 @@ impl Monitor {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn diskstats_line_gives_bytes_and_busy_time() {
+        let stats = "\
+ 254       0 vda 1000 5 2048 300 400 7 4096 500 0 1234 900 0 0 0 0
+ 254       1 vda1 1 0 8 0 0 0 0 0 0 4 0 0 0 0 0\n";
+        let c = parse_counters(stats, "vda").expect("vda is listed");
+        assert_eq!(
+            (c.read, c.written, c.busy_ms),
+            (2048 * 512, 4096 * 512, 1234)
+        );
+        assert_eq!(parse_counters(stats, "vda1").map(|c| c.busy_ms), Some(4));
+        assert!(parse_counters(stats, "vdb").is_none());
+    }
 
     #[test]
     fn dev_split() {

@@ -190,10 +190,19 @@ impl Ctx {
             .then(|| stats.disk_write_bytes as f64 / outcome.written_bytes as f64);
         let mut note = outcome.note;
         if outcome.note_device_reads && self.disk.is_some() && outcome.user_bytes > 0 {
-            let reads = format!(
+            let mut reads = format!(
                 "device read {:.2}x the data",
                 stats.disk_read_bytes as f64 / outcome.user_bytes as f64
             );
+            // How much of the phase the device had nothing to do: a
+            // read-bound phase below the device's rate with the device
+            // idle part of the time is waiting on its own reads.
+            if stats.wall_secs > 0.0 {
+                reads.push_str(&format!(
+                    ", device busy {:.0} % of the phase",
+                    100.0 * (stats.disk_busy_secs / stats.wall_secs).min(1.0)
+                ));
+            }
             note = Some(match note {
                 Some(n) => format!("{n}; {reads}"),
                 None => reads,
