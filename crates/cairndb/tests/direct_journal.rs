@@ -184,8 +184,8 @@ fn cached_sealed_journals(dir: &Path) -> (usize, usize) {
 }
 
 /// `warm_written_values`: while values are read through the page cache,
-/// each journal is read into it in the background at its seal, so the
-/// first reads of its values need not wait for the device. Without the
+/// each sealed journal is read into it in the background once writes
+/// pause, so the first reads of its values need not wait for the device. Without the
 /// option the direct journal leaves them out of the page cache.
 #[test]
 fn sealed_journals_are_read_into_the_page_cache_when_asked() {
@@ -228,5 +228,108 @@ fn sealed_journals_are_read_into_the_page_cache_when_asked() {
             assert_eq!(cached, 0, "written directly, none is in the page cache");
         }
         check(&db, 1200, 0);
+    }
+}
+
+/// `warm_written_values` while writes go on: a writer that never pauses
+/// for long keeps the read-back waiting, unless values are being read;
+/// then sealed journals are read into the page cache beside the writes.
+/// The reader reads one value over and over (its own reads bring in at
+/// most the pages around it), so a journal wholly in the page cache was
+/// read back by the engine.
+#[test]
+fn sealed_journals_are_read_back_while_writes_go_on_if_values_are_read() {
+    use cairndb::io::{Fs, PosixFs};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let probe = tempfile::tempdir().expect("direct journal test");
+    let file = probe.path().join("probe");
+    std::fs::write(&file, vec![7u8; 64 << 10]).expect("direct journal test");
+    let r = PosixFs.open(&file).expect("direct journal test");
+    let _ = std::fs::read(&file);
+    if !r.cached(0, r.len()) {
+        eprintln!("skipped: this kernel cannot tell what the page cache holds");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("direct journal test");
+    let db = Db::open(
+        dir.path(),
+        Options {
+            journal_bytes: 1 << 20,
+            value_reads: cairndb::ValueReads::PageCache,
+            ..opts(256 << 10)
+        },
+    )
+    .expect("direct journal test");
+    put(&db, 1, 0, false);
+    let stop = AtomicBool::new(false);
+    // Journals wholly in the page cache, of those sealed, seen while the
+    // writer still wrote (a journal removed meanwhile counts as neither).
+    let seen = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut i = 2;
+            while !stop.load(Ordering::Relaxed) {
+                // ~16 MB/s: a 1 MiB journal sealed every ~65 ms, and no
+                // pause near the 200 ms after which the read-back runs
+                // anyway.
+                for _ in 0..4 {
+                    put(&db, i, 0, false);
+                    i += 1;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            i
+        });
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut seen = (0, 0);
+        while Instant::now() < until {
+            for _ in 0..64 {
+                let got = db.get(key(1)).expect("direct journal test");
+                assert_eq!(got.as_deref(), Some(&value(1, 0)[..]));
+            }
+            seen = cached_sealed_journals_now(dir.path());
+            if seen.0 >= 2 && seen.1 >= 3 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let written = writer.join().expect("direct journal test");
+        check_range(&db, 2..written);
+        seen
+    });
+    assert!(seen.1 >= 3, "journals sealed: {}", seen.1);
+    assert!(
+        seen.0 >= 2,
+        "journals read back while writing: {} of {}",
+        seen.0,
+        seen.1
+    );
+}
+
+/// `cached_sealed_journals`, for a directory whose journals may go while
+/// it looks, leaving out the oldest journal too (the reader's value is in
+/// it).
+fn cached_sealed_journals_now(dir: &Path) -> (usize, usize) {
+    use cairndb::io::{Fs, PosixFs};
+    let mut journals: Vec<_> = std::fs::read_dir(dir)
+        .expect("direct journal test")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "journal"))
+        .collect();
+    journals.sort();
+    journals.pop();
+    let sealed = journals.get(1..).unwrap_or_default();
+    let cached = sealed
+        .iter()
+        .filter(|p| PosixFs.open(p).is_ok_and(|r| r.cached(0, r.len())))
+        .count();
+    (cached, sealed.len())
+}
+
+fn check_range(db: &Db, keys: std::ops::Range<usize>) {
+    for i in keys {
+        let got = db.get(key(i)).expect("direct journal test");
+        assert!(got.as_deref() == Some(&value(i, 0)[..]), "key {i}");
     }
 }

@@ -198,6 +198,9 @@ pub(crate) fn run(inner: &Inner) {
     let mut idle = Idle::new(inner);
     // Journal bytes last seen appended, and since when no more were.
     let mut writes = (appended_before, Instant::now());
+    // Values read through the page cache when written values were last
+    // read back (`warm`).
+    let mut reads_at_warm = inner.policy.counts().2;
     loop {
         let work = {
             let mut bg = inner.bg.lock();
@@ -210,15 +213,27 @@ pub(crate) fn run(inner: &Inner) {
                     writes = (appended, Instant::now());
                 }
                 if bg.error.is_none() {
+                    // Before a compaction: handing the read-back to a
+                    // worker takes no time here, and while writes go on a
+                    // compaction is due most of the time.
                     let v = inner.state.read().version.clone();
+                    let reads = inner.policy.counts().2;
+                    let reading = reads.saturating_sub(reads_at_warm) >= WARM_READS;
+                    if (writes.1.elapsed() >= WARM_AFTER_QUIET || reading)
+                        && inner
+                            .to_warm
+                            .lock()
+                            .iter()
+                            .any(|n| v.segments.contains_key(n))
+                    {
+                        reads_at_warm = reads;
+                        break Work::Warm;
+                    }
                     if scores(&v, &inner.opts, L0Triggers::now(inner).compact)
                         .iter()
                         .any(|s| *s >= 1.0)
                     {
                         break Work::Compact;
-                    }
-                    if writes.1.elapsed() >= WARM_AFTER_QUIET && !inner.to_warm.lock().is_empty() {
-                        break Work::Warm;
                     }
                     if bg.paused.is_none() && idle.due(inner, &v) {
                         break Work::Settle;
@@ -576,12 +591,22 @@ fn compact(inner: &Inner, v: &Version, c: Compaction, moving: Moving) -> Result<
 /// writes, they cost dbbench's fills 40-47 % of their rate here.
 const WARM_AFTER_QUIET: Duration = Duration::from_millis(200);
 
+/// Values read through the page cache since the last read-back that make
+/// written values be read back while writes go on (`warm`): readers are
+/// waiting for values that a sealed journal holds and the page cache does
+/// not. dbbench's readwhilewriting (4 KiB values, data in memory) read
+/// ~37,000 values a second beside the writer with the read-back waiting
+/// for a pause, most of them from the device (docs/benchmarks.md,
+/// "Nineteenth session"); a fill with no reader never reaches it.
+const WARM_READS: u64 = 256;
+
 /// Segments remembered for warming at most; past it the oldest go.
 const TO_WARM_MAX: usize = 4096;
 
 /// `Options::warm_written_values`: segments written past the page cache
 /// (a sealed journal, a merge's values files) are remembered, to be read
-/// into it once writes pause (`warm`).
+/// into it once writes pause, or while they go on if values are being
+/// read (`warm`, `WARM_READS`).
 pub(crate) fn warm_later(inner: &Inner, numbers: &[u64]) {
     if numbers.is_empty() || !inner.opts.warm_written_values {
         return;
@@ -601,11 +626,24 @@ pub(crate) fn warm_later(inner: &Inner, numbers: &[u64]) {
 /// then take at most one core from what runs after the pause.
 fn warm(inner: &Inner) {
     let numbers = std::mem::take(&mut *inner.to_warm.lock());
-    let v = inner.state.read().version.clone();
+    let (v, pending): (_, Vec<u64>) = {
+        let state = inner.state.read();
+        let pending = state.sealed.iter().map(|m| m.journal()).collect();
+        (state.version.clone(), pending)
+    };
     if inner.policy.how(|| v.value_bytes_live()) != crate::read::policy::How::PageCache {
         return;
     }
-    let files: Vec<_> = numbers
+    // A journal sealed but not flushed yet is not in the version: it
+    // waits for the next read-back (while writes go on, that comes soon).
+    let (now, later): (Vec<u64>, Vec<u64>) = numbers
+        .into_iter()
+        .partition(|n| v.segments.contains_key(n));
+    let later: Vec<u64> = later.into_iter().filter(|n| pending.contains(n)).collect();
+    if !later.is_empty() {
+        inner.to_warm.lock().extend(later);
+    }
+    let files: Vec<_> = now
         .iter()
         .filter_map(|n| v.segments.get(n).map(|seg| seg.file.clone()))
         .collect();
