@@ -636,17 +636,19 @@ fn warm(inner: &Inner) {
     }
     // A journal sealed but not flushed yet is not in the version: it
     // waits for the next read-back (while writes go on, that comes soon).
-    let (now, later): (Vec<u64>, Vec<u64>) = numbers
-        .into_iter()
-        .partition(|n| v.segments.contains_key(n));
-    let later: Vec<u64> = later.into_iter().filter(|n| pending.contains(n)).collect();
+    // A segment neither there nor pending is gone.
+    let mut files = Vec::new();
+    let mut later = Vec::new();
+    for n in numbers {
+        match v.segments.get(&n) {
+            Some(seg) => files.push(seg.file.clone()),
+            None if pending.contains(&n) => later.push(n),
+            None => {}
+        }
+    }
     if !later.is_empty() {
         inner.to_warm.lock().extend(later);
     }
-    let files: Vec<_> = now
-        .iter()
-        .filter_map(|n| v.segments.get(n).map(|seg| seg.file.clone()))
-        .collect();
     if !files.is_empty() {
         inner
             .workers
