@@ -183,6 +183,17 @@ fn cached_sealed_journals(dir: &Path, skip_oldest: usize) -> (usize, usize) {
     (cached, sealed.len())
 }
 
+/// Small journals (many seals), values read through the page cache, and
+/// `warm_written_values` as asked: the read-back tests' database.
+fn warm_opts(warm: bool) -> Options {
+    Options {
+        journal_bytes: 1 << 20,
+        value_reads: cairndb::ValueReads::PageCache,
+        warm_written_values: warm,
+        ..opts(256 << 10)
+    }
+}
+
 /// Whether this kernel tells what the page cache holds (`cachestat`): a
 /// file just read must show as cached.
 fn page_cache_visible() -> bool {
@@ -208,16 +219,7 @@ fn sealed_journals_are_read_into_the_page_cache_when_asked() {
     }
     for warm in [false, true] {
         let dir = tempfile::tempdir().expect("direct journal test");
-        let db = Db::open(
-            dir.path(),
-            Options {
-                journal_bytes: 1 << 20,
-                value_reads: cairndb::ValueReads::PageCache,
-                warm_written_values: warm,
-                ..opts(256 << 10)
-            },
-        )
-        .expect("direct journal test");
+        let db = Db::open(dir.path(), warm_opts(warm)).expect("direct journal test");
         for i in 0..1200 {
             put(&db, i, 0, false);
         }
@@ -253,15 +255,7 @@ fn sealed_journals_are_read_back_while_writes_go_on_if_values_are_read() {
         return;
     }
     let dir = tempfile::tempdir().expect("direct journal test");
-    let db = Db::open(
-        dir.path(),
-        Options {
-            journal_bytes: 1 << 20,
-            value_reads: cairndb::ValueReads::PageCache,
-            ..opts(256 << 10)
-        },
-    )
-    .expect("direct journal test");
+    let db = Db::open(dir.path(), warm_opts(true)).expect("direct journal test");
     put(&db, 1, 0, false);
     let stop = AtomicBool::new(false);
     // Journals wholly in the page cache, of those sealed after the
