@@ -871,7 +871,13 @@ impl Moves {
         for (i, (seg, ptr, _)) in pending.iter().enumerate() {
             let (seg, ptr, tx) = (seg.clone(), *ptr, tx.clone());
             inner.workers.run(move || {
-                let _ = tx.send((i, seg.read(&ptr, true)));
+                // From the page cache if it holds the value (a scan or a
+                // reader just read it), else with a direct read.
+                let got = match seg.read_cached(&ptr) {
+                    Ok(Some(v)) => Ok(Some(v)),
+                    _ => seg.read(&ptr, true),
+                };
+                let _ = tx.send((i, got));
             });
         }
         drop(tx);
