@@ -109,6 +109,9 @@ pub(crate) struct Counters {
     /// Background syncs of journals started (`write::PRESYNC_BYTES`).
     pub presyncs: AtomicU64,
     pub value_bytes_moved: AtomicU64,
+    /// Of `value_bytes_moved`, the bytes moved out of journals by
+    /// settling (`Stats::value_bytes_settled`).
+    pub value_bytes_settled: AtomicU64,
     /// Settling steps run while idle (`compaction::settle_step`), and
     /// those that failed and were skipped.
     pub settle_steps: AtomicU64,
@@ -590,6 +593,8 @@ impl Db {
             scan_chunks_read_ahead: inner.share.ahead_reads(),
             scan_new_buffers: inner.share.new_buffers(),
             value_bytes_moved: inner.counters.value_bytes_moved.load(Ordering::Relaxed),
+            value_bytes_settled: inner.counters.value_bytes_settled.load(Ordering::Relaxed),
+            value_bytes_scanned_scattered: inner.policy.scattered(),
             journals_recycled: inner.reaper.recycled.load(Ordering::Relaxed),
             journals_free: inner.reaper.free.lock().len(),
             write_error: bg.error.as_ref().map(Error::to_string),
@@ -689,6 +694,14 @@ pub struct Stats {
     /// Separated value bytes compactions moved to values files since
     /// open (value GC and settling).
     pub value_bytes_moved: u64,
+    /// Of `value_bytes_moved`, the bytes settling moved out of journals
+    /// into key order since open: while idle, in a full compaction, or in
+    /// background compactions beside scans (`Options::settle_for_scans`).
+    pub value_bytes_settled: u64,
+    /// Separated value bytes scans read at random from journals since
+    /// open (`Options::settle_for_scans`): values in write order, read in
+    /// runs of fewer than four.
+    pub value_bytes_scanned_scattered: u64,
     /// Journals made from free (recycled) journal files since open
     /// (`Options::journal_recycle`).
     pub journals_recycled: u64,

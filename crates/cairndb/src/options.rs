@@ -121,6 +121,18 @@ pub struct Options {
     /// `Db::compact` settles. Needs `background_compaction`; nothing
     /// moves under the null policy. Default 5 s.
     pub settle_after_idle: Option<std::time::Duration>,
+    /// Settle values while writes go on, when scans need it: each
+    /// background compaction also moves values it meets that are still
+    /// in journals into its values files, in key order, up to this many
+    /// times the value bytes scans read at random from journals since the
+    /// compaction before (`Stats::value_bytes_scanned_scattered`), and no
+    /// more than this many times the journal bytes appended since. A
+    /// database written without pause thus settles what scans keep
+    /// reading at random, at most one more write per written byte while
+    /// they do, and nothing while no scan reads at random (a load, an
+    /// overwrite). `0.0`: only `settle_after_idle` and `Db::compact`
+    /// settle. Default 1.0.
+    pub settle_for_scans: f64,
     /// How flushed separated values are read (point reads and scans);
     /// see [`ValueReads`]. Default [`ValueReads::Auto`].
     pub value_reads: ValueReads,
@@ -241,6 +253,7 @@ impl Options {
             value_gc_bytes_per_compaction: 64 << 20,
             value_gc_pace: 1.0,
             settle_after_idle: Some(std::time::Duration::from_secs(5)),
+            settle_for_scans: 1.0,
             value_reads: ValueReads::Auto,
             journal_prewrite: true,
             journal_direct: true,

@@ -1181,6 +1181,124 @@ fn a_failed_settling_step_does_not_stop_writes() {
     assert_eq!(db.get(key(42)).expect("get"), Some(value(42, 0, BIG)));
 }
 
+/// `settle_for_scans`: while writes go on, the background compactions
+/// they bring about also settle values still in journals, as far as scans
+/// beside them read values at random from journals; with writes alone
+/// nothing settles (a load pays no extra write for scans that never
+/// come), and with the ratio at 0 scans change nothing either.
+#[test]
+fn scans_beside_writes_settle_values_while_writes_go_on() {
+    // 16 MiB of 4 KiB values in 1 MiB journals, written in an order far
+    // from key order: a scan window of 256 keys finds about 16 values
+    // in each journal, 64 KiB apart, each read alone.
+    const KEYS: usize = 4096;
+    for ratio in [0.0, 1.0] {
+        let fs = MemFs::new();
+        let o = Options {
+            journal_bytes: 1 << 20,
+            memtable_bytes: 1 << 20,
+            background_compaction: true,
+            settle_after_idle: None,
+            settle_for_scans: ratio,
+            ..opts(&fs, 1024)
+        };
+        let db = Db::open(dir(), o).expect("open");
+        for n in 0..KEYS {
+            let i = n * 1237 % KEYS;
+            db.put(key(i), value(i, 0, BIG)).expect("put");
+        }
+        db.flush().expect("flush");
+        // Keys between the loaded ones, so that every level-0 merge meets
+        // the loaded keys' tables.
+        let between = |i: usize| format!("k{:05}x", i * 7919 % KEYS).into_bytes();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let written = std::sync::atomic::AtomicUsize::new(0);
+        let write_until = |done: &dyn Fn(&cairndb::Stats) -> bool| {
+            stop.store(false, std::sync::atomic::Ordering::Relaxed);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let i = written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        db.put(between(i), value(i, 1, BIG)).expect("put");
+                    }
+                });
+                let met = wait_for(&db, 60, done);
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                met
+            })
+        };
+        // Writes alone: compactions run, nothing settles.
+        let before = db.stats().compactions;
+        assert!(
+            write_until(&|s| s.compactions >= before + 4),
+            "no compactions: {:?}",
+            db.stats()
+        );
+        let s = db.stats();
+        assert_eq!(
+            (s.value_bytes_settled, s.value_bytes_scanned_scattered),
+            (0, 0),
+            "settled with no scan: {s:?}"
+        );
+        // Writes with a scanner beside them.
+        let unsettled = s.value_bytes_unsettled;
+        let scanning = std::sync::atomic::AtomicBool::new(true);
+        let (met, scans) = std::thread::scope(|sc| {
+            let scanner = sc.spawn(|| {
+                let mut scans = 0;
+                while scanning.load(std::sync::atomic::Ordering::Relaxed) {
+                    let n = db.range(key(0)..key(KEYS)).count();
+                    assert!(n >= KEYS, "{n} entries scanned");
+                    scans += 1;
+                }
+                scans
+            });
+            let before = db.stats().compactions;
+            let met = write_until(&|s| {
+                if ratio > 0.0 {
+                    s.value_bytes_settled >= unsettled / 4
+                } else {
+                    s.compactions >= before + 8 && s.value_bytes_scanned_scattered > 0
+                }
+            });
+            scanning.store(false, std::sync::atomic::Ordering::Relaxed);
+            (met, scanner.join().expect("scanner"))
+        });
+        let s = db.stats();
+        assert!(met, "ratio {ratio}, {scans} scans: {s:?}");
+        assert!(s.value_bytes_scanned_scattered > 0, "{s:?}");
+        if ratio == 0.0 {
+            assert_eq!(s.value_bytes_settled, 0, "settled at ratio 0: {s:?}");
+        } else {
+            // At most the bytes scans read at random, one value more per
+            // compaction (the allowance is checked before each move).
+            assert!(
+                s.value_bytes_settled
+                    <= s.value_bytes_scanned_scattered + s.compactions * BIG as u64,
+                "{s:?}"
+            );
+            assert!(s.value_bytes_unsettled < unsettled, "{s:?}");
+        }
+        // Everything reads back: the loaded keys and those written since.
+        let n = written.load(std::sync::atomic::Ordering::Relaxed);
+        for i in (0..KEYS).step_by(97) {
+            assert_eq!(db.get(key(i)).expect("get"), Some(value(i, 0, BIG)));
+        }
+        let all: Vec<_> = db
+            .range(key(0)..key(KEYS))
+            .collect::<cairndb::Result<_>>()
+            .expect("scan");
+        assert_eq!(all.len(), KEYS + n.min(KEYS));
+        for (k, v) in all.iter().filter(|(k, _)| !k.ends_with(b"x")) {
+            let i: usize = std::str::from_utf8(&k[1..])
+                .ok()
+                .and_then(|d| d.parse().ok())
+                .expect("a loaded key");
+            assert_eq!(v, &value(i, 0, BIG));
+        }
+    }
+}
+
 /// Settling waits while writes or reads of separated values go on, and
 /// starts once they stop for `settle_after_idle`.
 #[test]

@@ -181,6 +181,27 @@ fn gc_allowance(opts: &crate::Options, appended: u64) -> u64 {
     opts.value_gc_bytes_per_compaction.max(paced)
 }
 
+/// How many value bytes still in journals a background compaction may
+/// settle (`Options::settle_for_scans`): that ratio of the bytes scans
+/// read at random from journals since the compaction before
+/// (`scattered`), but no more than of the journal bytes appended since
+/// (`appended`), and at most `SETTLE_PER_COMPACTION_MAX`. Settling rides
+/// on the compactions that writes bring about anyway, so it goes on while
+/// writes do and scans need it; once scans or writes stop, it stops (an
+/// idle database settles by itself, `Options::settle_after_idle`).
+fn settle_allowance(opts: &crate::Options, scattered: u64, appended: u64) -> u64 {
+    let due = (scattered.min(appended) as f64 * opts.settle_for_scans) as u64;
+    due.min(SETTLE_PER_COMPACTION_MAX)
+}
+
+/// Most value bytes one background compaction settles: each is a read at
+/// random from a journal, and writers may be waiting for a level-0
+/// merge. After a long stretch without a compaction (level 0 waiting
+/// while its merges met only new keys), the first one settled 1 GiB at
+/// once in a test run; in steady state one settled about 256 MiB
+/// (docs/benchmarks.md, "Twentieth session").
+const SETTLE_PER_COMPACTION_MAX: u64 = 256 << 20;
+
 /// What the compaction thread does next.
 enum Work {
     Compact,
@@ -193,8 +214,10 @@ enum Work {
 pub(crate) fn run(inner: &Inner) {
     let mut pointer: [Vec<u8>; LEVELS] = Default::default();
     let mut backoff = flush::RETRY_MIN;
-    // Journal bytes appended when the compaction before began.
+    // Journal bytes appended, and value bytes scans read at random from
+    // journals, when the compaction before began.
     let mut appended_before = inner.counters.journal_bytes.load(Ordering::Relaxed);
+    let mut scattered_before = inner.policy.scattered();
     let mut idle = Idle::new(inner);
     // Journal bytes last seen appended, and since when no more were.
     let mut writes = (appended_before, Instant::now());
@@ -247,15 +270,24 @@ pub(crate) fn run(inner: &Inner) {
         let result = match work {
             Work::Compact => {
                 let appended = inner.counters.journal_bytes.load(Ordering::Relaxed);
-                let allowance = gc_allowance(&inner.opts, appended - appended_before);
+                let scattered = inner.policy.scattered();
+                let paced = Moving::Paced {
+                    gc: gc_allowance(&inner.opts, appended - appended_before),
+                    settle: settle_allowance(
+                        &inner.opts,
+                        scattered - scattered_before,
+                        appended - appended_before,
+                    ),
+                };
                 appended_before = appended;
+                scattered_before = scattered;
                 match pick(
                     &v,
                     &inner.opts,
                     L0Triggers::now(inner).compact,
                     &mut pointer,
                 ) {
-                    Some(c) => compact(inner, &v, c, Moving::Paced(allowance)),
+                    Some(c) => compact(inner, &v, c, paced),
                     None => Ok(()),
                 }
             }
@@ -525,9 +557,12 @@ impl<'a> Quiet<'a> {
 /// How much a merge may move values (value GC and settling).
 #[derive(Clone, Copy)]
 enum Moving<'a> {
-    /// A background compaction: value GC moves at most this many bytes;
-    /// nothing settles.
-    Paced(u64),
+    /// A background compaction: value GC moves at most `gc` bytes, and
+    /// values still in journals settle up to `settle` bytes
+    /// (`settle_allowance`; 0 unless scans read at random beside writes).
+    /// Tables are not rewritten for either: a table alone moves down a
+    /// level as it is.
+    Paced { gc: u64, settle: u64 },
     /// A full compaction (`Db::compact`): every value in a journal
     /// settles, and value GC is not bounded.
     All,
@@ -537,14 +572,27 @@ enum Moving<'a> {
 }
 
 impl Moving<'_> {
+    /// Whether every value still in a journal is to move (a full
+    /// compaction, a settling step): the step's tables are rewritten
+    /// even alone.
     fn settles(self) -> bool {
-        !matches!(self, Moving::Paced(_))
+        !matches!(self, Moving::Paced { .. })
     }
 
-    /// May a value move, after `moved` bytes have?
-    fn may_move(self, moved: u64) -> bool {
+    /// May a value out of a mostly dead segment move (value GC), after
+    /// `moved` bytes have in all?
+    fn may_collect(self, moved: u64) -> bool {
         match self {
-            Moving::Paced(allowance) => moved < allowance,
+            Moving::Paced { gc, .. } => moved < gc,
+            Moving::All => true,
+            Moving::WhileQuiet(q) => q.holds(),
+        }
+    }
+
+    /// May a value still in a journal settle, after `settled` bytes have?
+    fn may_settle(self, settled: u64) -> bool {
+        match self {
+            Moving::Paced { settle, .. } => settled < settle,
             Moving::All => true,
             Moving::WhileQuiet(q) => q.holds(),
         }
@@ -945,8 +993,9 @@ fn merge_into(
     moving: Moving,
     created: &mut Created,
 ) -> Result<Option<Merged>> {
-    let settle = moving.settles();
     let oldest_snapshot = inner.oldest_snapshot();
+    // Value bytes moved out of journals by settling (also in `moves`).
+    let mut settled = 0u64;
     let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(inputs.len());
     for f in inputs {
         let table = inner.tables.get(f)?;
@@ -1017,19 +1066,27 @@ fn merge_into(
         // every value still in a journal (written in arrival order), so
         // the values file holds them in key order. The null policy
         // (ratio 0) moves nothing.
-        // A background compaction moves at most its allowance, a settling
-        // step only while the database is quiet; later ones move the rest.
+        // A background compaction moves at most its allowances, a
+        // settling step only while the database is quiet; later ones move
+        // the rest.
         let gc = inner.opts.value_gc_live_ratio;
         let is_pointer = key::tag_kind(tag) == Kind::Pointer as u8;
-        let move_one = (gc > 0.0 && is_pointer && moving.may_move(moves.moved_bytes))
+        let may_move =
+            moving.may_collect(moves.moved_bytes - settled) || moving.may_settle(settled);
+        let move_one = (gc > 0.0 && is_pointer && may_move)
             .then(|| ValuePtr::decode(merged.value()))
             .flatten()
             .and_then(|p| {
                 let seg = v.segments.get(&p.segment)?;
-                (seg.mostly_dead(gc) || (settle && seg.file.is_journal()))
-                    .then(|| (p, seg.file.clone()))
+                let collect =
+                    seg.mostly_dead(gc) && moving.may_collect(moves.moved_bytes - settled);
+                let settle = !collect && seg.file.is_journal() && moving.may_settle(settled);
+                (collect || settle).then(|| (p, seg.file.clone(), settle))
             });
-        if let Some((ptr, seg)) = move_one {
+        if let Some((ptr, seg, settles)) = move_one {
+            if settles {
+                settled += u64::from(ptr.len);
+            }
             let to = moves.add(inner, seg, ptr, created)?;
             *dead.entry(ptr.segment).or_default() += u64::from(ptr.len);
             *moved.entry(to.segment).or_default() += u64::from(to.len);
@@ -1051,6 +1108,10 @@ fn merge_into(
         .counters
         .value_bytes_moved
         .fetch_add(moves.moved_bytes, Ordering::Relaxed);
+    inner
+        .counters
+        .value_bytes_settled
+        .fetch_add(settled, Ordering::Relaxed);
     let mut values = moves.out;
     for o in &mut values {
         o.file.sync().map_err(|e| {
@@ -1089,7 +1150,9 @@ fn finish(inner: &Inner, writer: Option<(u64, TableWriter)>, level: usize) -> Re
 
 #[cfg(test)]
 mod tests {
-    use super::{L0Triggers, PAGE, gc_allowance, padding};
+    use super::{
+        L0Triggers, PAGE, SETTLE_PER_COMPACTION_MAX, gc_allowance, padding, settle_allowance,
+    };
 
     /// While level-0 merges meet only new keys, compaction starts at the
     /// new-keys count and the slowdown and stop move up with it: a load
@@ -1158,6 +1221,33 @@ mod tests {
             ..opts
         };
         assert_eq!(gc_allowance(&unpaced, 1 << 40), 64 << 20);
+    }
+
+    /// Settling beside writes follows the scans' random reads, bounded by
+    /// the writes since the compaction before and by a cap per
+    /// compaction; at ratio 0 nothing settles.
+    #[test]
+    fn settle_allowance_follows_scans_bounded_by_writes() {
+        let opts = crate::Options::default();
+        assert_eq!(opts.settle_for_scans, 1.0);
+        assert_eq!(settle_allowance(&opts, 0, 100 << 20), 0, "no scan");
+        assert_eq!(settle_allowance(&opts, 100 << 20, 0), 0, "no write");
+        assert_eq!(settle_allowance(&opts, 30 << 20, 100 << 20), 30 << 20);
+        assert_eq!(settle_allowance(&opts, 100 << 20, 30 << 20), 30 << 20);
+        assert_eq!(
+            settle_allowance(&opts, 10 << 30, 10 << 30),
+            SETTLE_PER_COMPACTION_MAX
+        );
+        let half = crate::Options {
+            settle_for_scans: 0.5,
+            ..opts.clone()
+        };
+        assert_eq!(settle_allowance(&half, 40 << 20, 100 << 20), 20 << 20);
+        let off = crate::Options {
+            settle_for_scans: 0.0,
+            ..opts
+        };
+        assert_eq!(settle_allowance(&off, 100 << 20, 100 << 20), 0);
     }
 
     /// Values are padded onto page boundaries only where that saves a

@@ -82,6 +82,8 @@ pub struct ReadPolicy {
     buffered: AtomicU64,
     /// Windows of scans read as one batch through io_uring.
     batches: AtomicU64,
+    /// Value bytes scans read at random from flushed journals.
+    scattered: AtomicU64,
     /// Page-cache misses in a row (saturating at `THIN_AFTER_MISSES`).
     misses_in_row: AtomicU32,
     /// Reads since thinning began, to pick every `THIN_EVERY`th.
@@ -102,6 +104,7 @@ impl ReadPolicy {
             direct: AtomicU64::new(0),
             buffered: AtomicU64::new(0),
             batches: AtomicU64::new(0),
+            scattered: AtomicU64::new(0),
             misses_in_row: AtomicU32::new(0),
             thinned_reads: AtomicU32::new(0),
             unasked: AtomicU64::new(0),
@@ -192,6 +195,17 @@ impl ReadPolicy {
     /// Windows read as one io_uring batch since open.
     pub fn batches(&self) -> u64 {
         self.batches.load(Ordering::Relaxed)
+    }
+
+    /// Counts `bytes` of values a scan read at random from a flushed
+    /// journal (`Options::settle_for_scans`).
+    pub fn count_scattered(&self, bytes: u64) {
+        self.scattered.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Value bytes scans read at random from journals since open.
+    pub fn scattered(&self) -> u64 {
+        self.scattered.load(Ordering::Relaxed)
     }
 
     /// Reads served from the page cache without waiting, with direct

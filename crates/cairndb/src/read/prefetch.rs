@@ -28,6 +28,10 @@ use std::sync::Arc;
 pub const RUN_GAP_MAX: u64 = 16 << 10;
 /// Largest span one request reads.
 pub const RUN_BYTES_MAX: u64 = 1 << 20;
+/// A run of a flushed journal with fewer values than this counts as read
+/// at random (`ReadPolicy::count_scattered`): values written in key order
+/// come in runs of many.
+const SCATTERED_RUN_MEMBERS: usize = 4;
 
 /// Values of neighbouring pointers in one segment, read with one request.
 struct Run {
@@ -105,6 +109,22 @@ impl ReadView {
                     shared: false,
                 }),
             }
+        }
+        // Values of flushed journals read in short runs lie in write
+        // order: the bytes count towards settling them while writes go on
+        // (`Options::settle_for_scans`).
+        let scattered: u64 = runs
+            .iter()
+            .filter(|r| r.members.len() < SCATTERED_RUN_MEMBERS)
+            .filter(|r| {
+                self.segment(r.segment)
+                    .is_some_and(|(seg, flushed)| flushed && seg.is_journal())
+            })
+            .flat_map(|r| &r.members)
+            .map(|(_, p)| u64::from(p.len))
+            .sum();
+        if scattered > 0 {
+            self.policy.count_scattered(scattered);
         }
         // Runs the page cache holds (a journal still written to, or a
         // flushed segment's cached pages) are read here; the rest go to
