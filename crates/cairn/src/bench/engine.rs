@@ -104,6 +104,13 @@ pub trait Engine: Send + Sync {
     fn write_groups(&self) -> Option<(u64, u64)> {
         None
     }
+    /// Value bytes the engine moved into key order since open, and value
+    /// bytes its scans read at random from where they were written
+    /// (CairnDB's `Stats::value_bytes_settled`,
+    /// `value_bytes_scanned_scattered`), for the note of a scan phase.
+    fn settled(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// Settles the data: a full compaction (with value GC where the
     /// engine has it), waiting for it. `Ok(false)` if the adapter has no
     /// such call and the engine is left to compact on its own.
@@ -145,7 +152,9 @@ pub trait Engine: Send + Sync {
 ///   for the default direct journal);
 /// - `cairndb-cold`: `warm_written_values = false`, journals and values
 ///   files not read back into the page cache after writes pause (the
-///   control for it).
+///   control for it);
+/// - `cairndb-nosettle`: `settle_for_scans = 0.0`, compactions beside
+///   writes settle nothing however scans read (the control for it).
 pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb",
     "cairndb-inline",
@@ -156,6 +165,7 @@ pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb-norecycle",
     "cairndb-buffered-journal",
     "cairndb-cold",
+    "cairndb-nosettle",
 ];
 
 /// Overrides the separation threshold of every CairnDB variant that
@@ -207,6 +217,7 @@ pub fn cairn_options(
         "cairndb-norecycle" => opts.journal_recycle = false,
         "cairndb-buffered-journal" => opts.journal_direct = false,
         "cairndb-cold" => opts.warm_written_values = false,
+        "cairndb-nosettle" => opts.settle_for_scans = 0.0,
         _ => return None,
     }
     Some(opts)
@@ -389,6 +400,10 @@ impl Engine for CairnEngine {
     fn write_groups(&self) -> Option<(u64, u64)> {
         let s = self.db.stats();
         Some((s.write_groups, s.write_group_batches))
+    }
+    fn settled(&self) -> Option<(u64, u64)> {
+        let s = self.db.stats();
+        Some((s.value_bytes_settled, s.value_bytes_scanned_scattered))
     }
     fn scan_note(&self) -> Option<String> {
         let s = self.db.stats();

@@ -135,9 +135,10 @@ pub struct BenchArgs {
     /// cairndb-norecycle (no journal recycling) and
     /// cairndb-buffered-journal (the journal written through the page
     /// cache instead of with direct IO), cairndb-cold (written values
-    /// not read back into the page cache after writes pause), and
-    /// the peers rocksdb, lmdb, fjall, redb,
-    /// sled (each needs its cargo feature).
+    /// not read back into the page cache after writes pause),
+    /// cairndb-nosettle (compactions beside writes settle nothing for
+    /// scans), and the peers rocksdb, lmdb, fjall, redb, sled (each
+    /// needs its cargo feature).
     #[arg(long, value_delimiter = ',', default_value = "cairndb")]
     pub engines: Vec<String>,
     /// Worker threads for multi-threaded phases.

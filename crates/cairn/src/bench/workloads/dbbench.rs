@@ -5,7 +5,8 @@
 //! (fresh database, every key once in random order), overwrite (random
 //! keys with replacement), readrandom, readseq, seekrandom (seek + next
 //! 100), readwhilewriting (readers while one writer overwrites),
-//! deleterandom. Reads verify every value (`check_value`); readrandom and
+//! scanwhilewriting (scanners of 1,000 keys from random places while one
+//! writer overwrites at 10,000 puts/s), deleterandom. Reads verify every value (`check_value`); readrandom and
 //! readseq also require every key to be present.
 
 use super::{
@@ -30,6 +31,10 @@ pub struct Config {
 
 /// Progress is published every this many operations.
 const TICK: u64 = 64;
+/// Entries each scan of `scanwhilewriting` reads.
+const SCAN_WHILE_WRITING_LEN: usize = 1000;
+/// Puts per second of `scanwhilewriting`'s writer.
+const SCAN_WHILE_WRITING_PUTS: f64 = 10_000.0;
 
 pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
     let n = cfg.num.max(1);
@@ -109,7 +114,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         },
     );
 
-    ctx.phase("dbbench", "readseq", "MB/s", scan_limit, |db, p| {
+    ctx.phase("dbbench", "readseq", "MB/s", scan_limit.clone(), |db, p| {
         let mut seen = 0u64;
         let mut failure = None;
         db.scan(&[], usize::MAX, &mut |k, v| {
@@ -217,6 +222,84 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
                 written_bytes: writes * entry,
                 note: Some(format!(
                     "the writer put {writes} values meanwhile ({:.0} puts/s)",
+                    writes as f64 / secs.max(1e-9)
+                )),
+                ..Outcome::default()
+            })
+        },
+    );
+
+    // Scans beside a writer: what a store written without pause gives
+    // scans. Each scanner reads as many entries as the database holds,
+    // 1,000 from each random place, while one writer overwrites random
+    // keys at 10,000 puts/s.
+    ctx.phase(
+        "dbbench",
+        "scanwhilewriting",
+        "MB/s",
+        scan_limit,
+        |db, p| {
+            let done = AtomicBool::new(false);
+            let start = Instant::now();
+            let settled_before = db.settled();
+            let (scanned, writes) = std::thread::scope(|s| {
+                // At a steady rate, so that the scans' rate tells how the
+                // data lies, not how much of the machine the writer took.
+                let writer = s.spawn(|| -> BenchResult<u64> {
+                    let mut rng = Rng::new(cfg.seed + 600);
+                    let mut w = 0u64;
+                    while !done.load(Ordering::Relaxed) {
+                        let due = start.elapsed().as_secs_f64() * SCAN_WHILE_WRITING_PUTS;
+                        if w as f64 >= due {
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                            continue;
+                        }
+                        let i = rng.below(n);
+                        db.put(&make_key(i, kl), &make_value(i, 3, vl))?;
+                        w += 1;
+                    }
+                    Ok(w)
+                });
+                let scanners = parallel(threads, |t| {
+                    let mut rng = Rng::new(cfg.seed + 700 + t as u64);
+                    let mut seen = 0u64;
+                    while seen < n {
+                        let from = rng.below(n);
+                        let got = checked_scan(
+                            db.as_ref(),
+                            &make_key(from, kl),
+                            SCAN_WHILE_WRITING_LEN,
+                            Share::ALL,
+                            |_| {},
+                        )? as u64;
+                        p.add(got, got * entry);
+                        // A scan from near the end meets few keys; count
+                        // at least one so the loop ends.
+                        seen += got.max(1);
+                    }
+                    Ok(seen)
+                });
+                done.store(true, Ordering::Relaxed);
+                let writes = writer.join().map_err(|_| "writer panicked");
+                (scanners, writes)
+            });
+            let ops = scanned?.iter().sum::<u64>();
+            let writes = writes??;
+            let secs = start.elapsed().as_secs_f64();
+            let settled = match (settled_before, db.settled()) {
+                (Some((s0, r0)), Some((s1, r1))) => format!(
+                    "; {:.0} MiB settled into key order beside {:.0} MiB scans read at random from write order",
+                    (s1 - s0) as f64 / (1 << 20) as f64,
+                    (r1 - r0) as f64 / (1 << 20) as f64
+                ),
+                _ => String::new(),
+            };
+            Ok(Outcome {
+                ops,
+                user_bytes: ops * entry,
+                written_bytes: writes * entry,
+                note: Some(format!(
+                    "the writer put {writes} values meanwhile ({:.0} puts/s){settled}",
                     writes as f64 / secs.max(1e-9)
                 )),
                 ..Outcome::default()
