@@ -126,7 +126,8 @@ pub struct Options {
     /// in journals into its values files, in key order, up to this many
     /// times the value bytes scans read at random from journals since the
     /// compaction before (`Stats::value_bytes_scanned_scattered`), and no
-    /// more than this many times the journal bytes appended since. A
+    /// more than this many times the journal bytes appended since, and
+    /// only while both scans and writes go on (seen in the last second). A
     /// database written without pause thus settles what scans keep
     /// reading at random, at most one more write per written byte while
     /// they do, and nothing while no scan reads at random (a load, an

@@ -181,14 +181,16 @@ fn gc_allowance(opts: &crate::Options, appended: u64) -> u64 {
     opts.value_gc_bytes_per_compaction.max(paced)
 }
 
-/// How many value bytes still in journals a background compaction may
-/// settle (`Options::settle_for_scans`): that ratio of the bytes scans
-/// read at random from journals since the compaction before
-/// (`scattered`), but no more than of the journal bytes appended since
-/// (`appended`), and at most `SETTLE_PER_COMPACTION_MAX`. Settling rides
-/// on the compactions that writes bring about anyway, so it goes on while
-/// writes do and scans need it; once scans or writes stop, it stops (an
-/// idle database settles by itself, `Options::settle_after_idle`).
+/// How many value bytes still in journals background compactions may
+/// settle (`Options::settle_for_scans`) for one look of the compaction
+/// thread that saw scans read `scattered` bytes at random from journals
+/// and `appended` journal bytes written since the look before: that
+/// ratio of the smaller, at most `SETTLE_PER_COMPACTION_MAX`. Looks add
+/// up until a compaction spends them, only while both scans and writes go
+/// on (`SettleDue`). Settling rides on the compactions that writes bring
+/// about anyway, so it goes on while writes do and scans need it; once
+/// scans or writes stop, it stops (an idle database settles by itself,
+/// `Options::settle_after_idle`).
 fn settle_allowance(opts: &crate::Options, scattered: u64, appended: u64) -> u64 {
     let due = (scattered.min(appended) as f64 * opts.settle_for_scans) as u64;
     due.min(SETTLE_PER_COMPACTION_MAX)
@@ -201,6 +203,59 @@ fn settle_allowance(opts: &crate::Options, scattered: u64, appended: u64) -> u64
 /// once in a test run; in steady state one settled about 256 MiB
 /// (docs/benchmarks.md, "Twentieth session").
 const SETTLE_PER_COMPACTION_MAX: u64 = 256 << 20;
+/// What background compactions may settle beside scans, gathered look by
+/// look of the compaction thread (it looks at least every 200 ms while
+/// no compaction runs).
+struct SettleDue {
+    /// Journal bytes appended and value bytes scans read at random at
+    /// the look before.
+    seen: (u64, u64),
+    /// Whether that look saw both grow.
+    both: bool,
+    /// Bytes the next compaction may settle.
+    due: u64,
+}
+
+impl SettleDue {
+    fn new(inner: &Inner) -> Self {
+        SettleDue {
+            seen: (
+                inner.counters.journal_bytes.load(Ordering::Relaxed),
+                inner.policy.scattered(),
+            ),
+            both: false,
+            due: 0,
+        }
+    }
+
+    /// One look. The bytes since the look before count only if that look
+    /// too saw scans and writes both go on: a stretch of scans that ends
+    /// as writes begin (the contest's fresh-range scan, then its
+    /// overwrite) must not make the first compactions of the writes
+    /// settle values nobody scans any more — a first version, counting
+    /// everything since the compaction before while both were seen in
+    /// the last second, settled 256 MiB at the start of the overwrite
+    /// (overwrite wamp 1.53 against 1.42).
+    fn look(&mut self, inner: &Inner) {
+        let now = (
+            inner.counters.journal_bytes.load(Ordering::Relaxed),
+            inner.policy.scattered(),
+        );
+        let (appended, scattered) = (now.0 - self.seen.0, now.1 - self.seen.1);
+        let both = appended > 0 && scattered > 0;
+        if both && self.both {
+            self.due = (self.due + settle_allowance(&inner.opts, scattered, appended))
+                .min(SETTLE_PER_COMPACTION_MAX);
+        }
+        self.both = both;
+        self.seen = now;
+    }
+
+    /// What a compaction starting now may settle; it starts over.
+    fn take(&mut self) -> u64 {
+        std::mem::take(&mut self.due)
+    }
+}
 
 /// What the compaction thread does next.
 enum Work {
@@ -214,10 +269,9 @@ enum Work {
 pub(crate) fn run(inner: &Inner) {
     let mut pointer: [Vec<u8>; LEVELS] = Default::default();
     let mut backoff = flush::RETRY_MIN;
-    // Journal bytes appended, and value bytes scans read at random from
-    // journals, when the compaction before began.
+    // Journal bytes appended when the compaction before began.
     let mut appended_before = inner.counters.journal_bytes.load(Ordering::Relaxed);
-    let mut scattered_before = inner.policy.scattered();
+    let mut settle_due = SettleDue::new(inner);
     let mut idle = Idle::new(inner);
     // Journal bytes last seen appended, and since when no more were.
     let mut writes = (appended_before, Instant::now());
@@ -235,6 +289,7 @@ pub(crate) fn run(inner: &Inner) {
                 if appended != writes.0 {
                     writes = (appended, Instant::now());
                 }
+                settle_due.look(inner);
                 if bg.error.is_none() {
                     // Before a compaction: handing the read-back to a
                     // worker takes no time here, and while writes go on a
@@ -270,17 +325,11 @@ pub(crate) fn run(inner: &Inner) {
         let result = match work {
             Work::Compact => {
                 let appended = inner.counters.journal_bytes.load(Ordering::Relaxed);
-                let scattered = inner.policy.scattered();
                 let paced = Moving::Paced {
                     gc: gc_allowance(&inner.opts, appended - appended_before),
-                    settle: settle_allowance(
-                        &inner.opts,
-                        scattered - scattered_before,
-                        appended - appended_before,
-                    ),
+                    settle: settle_due.take(),
                 };
                 appended_before = appended;
-                scattered_before = scattered;
                 match pick(
                     &v,
                     &inner.opts,
