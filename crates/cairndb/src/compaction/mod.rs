@@ -203,6 +203,7 @@ fn settle_allowance(opts: &crate::Options, scattered: u64, appended: u64) -> u64
 /// once in a test run; in steady state one settled about 256 MiB
 /// (docs/benchmarks.md, "Twentieth session").
 const SETTLE_PER_COMPACTION_MAX: u64 = 256 << 20;
+
 /// What background compactions may settle beside scans, gathered look by
 /// look of the compaction thread (it looks at least every 200 ms while
 /// no compaction runs).
