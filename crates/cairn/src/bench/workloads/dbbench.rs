@@ -179,21 +179,11 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         "ops/s",
         read_limit,
         |db, p| {
-            let done = AtomicBool::new(false);
             let per = n / threads as u64;
-            let start = Instant::now();
-            let (reads, writes) = std::thread::scope(|s| {
-                let writer = s.spawn(|| -> BenchResult<u64> {
-                    let mut rng = Rng::new(cfg.seed + 300);
-                    let mut w = 0u64;
-                    while !done.load(Ordering::Relaxed) {
-                        let i = rng.below(n);
-                        db.put(&make_key(i, kl), &make_value(i, 2, vl))?;
-                        w += 1;
-                    }
-                    Ok(w)
-                });
-                let readers = parallel(threads, |t| {
+            // The readers' rate depends on how much of the machine the
+            // writer took: engines whose writer runs faster leave less.
+            let (ops, writes, secs) = beside_writer(db, cfg, 300, 2, None, || {
+                let reads = parallel(threads, |t| {
                     let mut rng = Rng::new(cfg.seed + 400 + t as u64);
                     for j in 0..per {
                         let i = rng.below(n);
@@ -206,24 +196,14 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
                         }
                     }
                     Ok(per)
-                });
-                done.store(true, Ordering::Relaxed);
-                let writes = writer.join().map_err(|_| "writer panicked");
-                (readers, writes)
-            });
-            let ops = reads?.iter().sum::<u64>();
-            let writes = writes??;
-            // The readers' rate depends on how much of the machine the
-            // writer took: engines whose writer runs faster leave less.
-            let secs = start.elapsed().as_secs_f64();
+                })?;
+                Ok(reads.iter().sum())
+            })?;
             Ok(Outcome {
                 ops,
                 user_bytes: ops * entry,
                 written_bytes: writes * entry,
-                note: Some(format!(
-                    "the writer put {writes} values meanwhile ({:.0} puts/s)",
-                    writes as f64 / secs.max(1e-9)
-                )),
+                note: Some(writer_note(writes, secs)),
                 ..Outcome::default()
             })
         },
@@ -232,35 +212,18 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
     // Scans beside a writer: what a store written without pause gives
     // scans. Each scanner reads as many entries as the database holds,
     // 1,000 from each random place, while one writer overwrites random
-    // keys at 10,000 puts/s.
+    // keys at a steady rate, so that the scans' rate tells how the data
+    // lies, not how much of the machine the writer took.
     ctx.phase(
         "dbbench",
         "scanwhilewriting",
         "MB/s",
         scan_limit,
         |db, p| {
-            let done = AtomicBool::new(false);
-            let start = Instant::now();
             let settled_before = db.settled();
-            let (scanned, writes) = std::thread::scope(|s| {
-                // At a steady rate, so that the scans' rate tells how the
-                // data lies, not how much of the machine the writer took.
-                let writer = s.spawn(|| -> BenchResult<u64> {
-                    let mut rng = Rng::new(cfg.seed + 600);
-                    let mut w = 0u64;
-                    while !done.load(Ordering::Relaxed) {
-                        let due = start.elapsed().as_secs_f64() * SCAN_WHILE_WRITING_PUTS;
-                        if w as f64 >= due {
-                            std::thread::sleep(std::time::Duration::from_millis(1));
-                            continue;
-                        }
-                        let i = rng.below(n);
-                        db.put(&make_key(i, kl), &make_value(i, 3, vl))?;
-                        w += 1;
-                    }
-                    Ok(w)
-                });
-                let scanners = parallel(threads, |t| {
+            let pace = Some(SCAN_WHILE_WRITING_PUTS);
+            let (ops, writes, secs) = beside_writer(db, cfg, 600, 3, pace, || {
+                let scanned = parallel(threads, |t| {
                     let mut rng = Rng::new(cfg.seed + 700 + t as u64);
                     let mut seen = 0u64;
                     while seen < n {
@@ -278,14 +241,9 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
                         seen += got.max(1);
                     }
                     Ok(seen)
-                });
-                done.store(true, Ordering::Relaxed);
-                let writes = writer.join().map_err(|_| "writer panicked");
-                (scanners, writes)
-            });
-            let ops = scanned?.iter().sum::<u64>();
-            let writes = writes??;
-            let secs = start.elapsed().as_secs_f64();
+                })?;
+                Ok(scanned.iter().sum())
+            })?;
             let settled = match (settled_before, db.settled()) {
                 (Some((s0, r0)), Some((s1, r1))) => format!(
                     "; {:.0} MiB settled into key order beside {:.0} MiB scans read at random from write order",
@@ -298,10 +256,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
                 ops,
                 user_bytes: ops * entry,
                 written_bytes: writes * entry,
-                note: Some(format!(
-                    "the writer put {writes} values meanwhile ({:.0} puts/s){settled}",
-                    writes as f64 / secs.max(1e-9)
-                )),
+                note: Some(format!("{}{settled}", writer_note(writes, secs))),
                 ..Outcome::default()
             })
         },
@@ -323,6 +278,55 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         })
     });
     Ok(())
+}
+
+/// Runs `work` (a phase's readers; it returns their operations) beside
+/// one writer overwriting random keys with `version`'s values, as fast as
+/// it can or at `pace` puts/s, until `work` returns. Returns the
+/// operations, the writer's puts and the seconds it all took.
+fn beside_writer(
+    db: &Arc<dyn Engine>,
+    cfg: &Config,
+    seed: u64,
+    version: u32,
+    pace: Option<f64>,
+    work: impl FnOnce() -> BenchResult<u64>,
+) -> BenchResult<(u64, u64, f64)> {
+    let n = cfg.num.max(1);
+    let done = AtomicBool::new(false);
+    let start = Instant::now();
+    let (ops, writes) = std::thread::scope(|s| {
+        let writer = s.spawn(|| -> BenchResult<u64> {
+            let mut rng = Rng::new(cfg.seed + seed);
+            let mut w = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                if pace.is_some_and(|rate| w as f64 >= start.elapsed().as_secs_f64() * rate) {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    continue;
+                }
+                let i = rng.below(n);
+                db.put(
+                    &make_key(i, cfg.key_len),
+                    &make_value(i, version, cfg.value_len),
+                )?;
+                w += 1;
+            }
+            Ok(w)
+        });
+        let ops = work();
+        done.store(true, Ordering::Relaxed);
+        let writes = writer.join().map_err(|_| "writer panicked");
+        (ops, writes)
+    });
+    Ok((ops?, writes??, start.elapsed().as_secs_f64()))
+}
+
+/// What a writer beside a phase did, for its note.
+fn writer_note(writes: u64, secs: f64) -> String {
+    format!(
+        "the writer put {writes} values meanwhile ({:.0} puts/s)",
+        writes as f64 / secs.max(1e-9)
+    )
 }
 
 /// Puts `(key index, version)` pairs one by one: the write phases differ
