@@ -11,9 +11,10 @@
 //! fdatasync, so its rate is what the CPU allows. Where that is below a
 //! target, no sync strategy can meet it on this machine; the batch rows
 //! give it for every engine, peers without transactions too (a
-//! transaction does at least a batch's work). One committer also runs "1 committer, client
-//! alone": the bench making the same keys and values and handing them to
-//! no engine, the part of each transaction no engine can take away.
+//! transaction does at least a batch's work). One committer also runs
+//! "1 committer, client alone": the bench making the same keys and values
+//! and handing them to no engine, the part of each transaction no engine
+//! can take away.
 //!
 //! Both bound the targets, and the transaction rows say by how much:
 //! - no committer count gets past `C`, the rate of the same work without
