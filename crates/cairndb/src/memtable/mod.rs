@@ -86,9 +86,30 @@ impl IKey {
 }
 
 impl Ord for IKey {
+    /// Internal order (`key::compare`), with a shortcut: two user keys of
+    /// 8 bytes or more whose first 8 bytes differ are ordered by those
+    /// bytes read as one big-endian word, the order the full comparison
+    /// gives them, without splitting off the tags or calling `memcmp`.
+    /// Random keys nearly always differ there. Inserting 500,000 random
+    /// 16-byte keys with 100-byte values took 391–477 ns each with it
+    /// against 494–694 without (benchmarks.md, "Twenty-first session").
     fn cmp(&self, other: &Self) -> Ordering {
+        if let (Some(a), Some(b)) = (lead_word(&self.0), lead_word(&other.0))
+            && a != b
+        {
+            return a.cmp(&b);
+        }
         key::compare(&self.0, &other.0)
     }
+}
+
+/// The first 8 bytes of internal key `ikey`'s user key as a big-endian
+/// word, if its user key has that many.
+fn lead_word(ikey: &[u8]) -> Option<u64> {
+    if ikey.len() < 8 + key::TAG_LEN {
+        return None;
+    }
+    ikey.first_chunk::<8>().map(|w| u64::from_be_bytes(*w))
 }
 impl PartialOrd for IKey {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
@@ -469,6 +490,50 @@ impl Memtable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `IKey`'s order, shortcut included, is `key::compare`'s: user keys
+    /// around the shortcut's 8 bytes (shorter, exactly 8, sharing their
+    /// first 8 bytes, prefixes of each other), bytes at both ends of their
+    /// range, and tags that differ where the user keys do not.
+    #[test]
+    fn ikey_order_is_internal_order() {
+        const BYTES: [u8; 5] = [0x00, 0x01, 0x7f, 0x80, 0xff];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut user = |len: usize, shared: &[u8]| -> Vec<u8> {
+            let mut k = shared[..shared.len().min(len)].to_vec();
+            while k.len() < len {
+                k.push(BYTES[(next() % 5) as usize]);
+            }
+            k
+        };
+        let mut keys = Vec::new();
+        let common = [0x41u8; 12];
+        for len in 0..=20 {
+            for shared in [&[][..], &common[..]] {
+                for seqno in [1u64, 2, 1 << 40] {
+                    let k = user(len, shared);
+                    keys.push(key::encode(&k, key::make_tag(seqno, Kind::Put as u8)));
+                }
+            }
+        }
+        let mut shortcuts = 0;
+        for a in &keys {
+            for b in &keys {
+                let (ia, ib) = (IKey::from_encoded(a), IKey::from_encoded(b));
+                assert_eq!(ia.cmp(&ib), key::compare(a, b), "{a:?} vs {b:?}");
+                shortcuts += usize::from(matches!(
+                    (lead_word(a), lead_word(b)), (Some(x), Some(y)) if x != y
+                ));
+            }
+        }
+        assert!(shortcuts > 1000, "the shortcut was taken {shortcuts} times");
+    }
 
     #[test]
     fn snapshot_reads_see_the_right_version() {
