@@ -359,26 +359,18 @@ mod tests {
             assert!(r.failure.is_none() && r.skipped.is_none(), "{r:?}");
             assert_eq!(r.ops, 40, "{r:?}");
         }
-        for i in [1, 6] {
-            assert!(
-                ctx.rows[i]
-                    .note
-                    .as_deref()
-                    .is_some_and(|n| n.contains("CPU ceiling of batches")),
-                "{:?}",
-                ctx.rows[i]
-            );
-        }
         assert_eq!(ctx.rows[2].target, Some(TXN_TARGET_ONE));
         assert_eq!(ctx.rows[7].target, Some(TXN_TARGET_MANY));
-        for i in [2, 7] {
+        for (i, says) in [
+            (1, "CPU ceiling of batches"),
+            (6, "CPU ceiling of batches"),
+            (2, "from its CPU ceiling"),
+            (7, "from its CPU ceiling"),
+        ] {
+            let row = &ctx.rows[i];
             assert!(
-                ctx.rows[i]
-                    .note
-                    .as_deref()
-                    .is_some_and(|n| n.contains("from its CPU ceiling")),
-                "{:?}",
-                ctx.rows[i]
+                row.note.as_deref().is_some_and(|n| n.contains(says)),
+                "{row:?}"
             );
         }
     }
