@@ -698,7 +698,7 @@ impl FileWrite for MemWrite {
             return Ok(());
         }
         self.write_at(size, &vec![0u8; up_to - size])?;
-        self.sync()
+        super::sync_after_prewrite(|| self.sync())
     }
 
     fn trim(&mut self) -> io::Result<()> {

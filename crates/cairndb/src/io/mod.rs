@@ -50,6 +50,12 @@ pub trait FileWrite: Send {
     /// Writes zeros from `size()` to `up_to` and makes them and the size
     /// durable (appended bytes before them too). The append position
     /// stays. Nothing to do if `up_to <= size()`.
+    ///
+    /// An error of kind `StorageFull` means the zeros could not be written
+    /// and nothing was synced: the appended bytes are as they were, and
+    /// the caller may go on once space returns. A failed sync is never
+    /// reported with that kind ([`sync_after_prewrite`]): after it the
+    /// appended bytes' durability is unknown.
     fn prewrite(&mut self, up_to: u64) -> io::Result<()>;
     /// Cuts pre-written zeros past `len()` off and makes the new size
     /// durable. Nothing to do if `size() == len()`.
@@ -212,6 +218,15 @@ pub trait Fs: Send + Sync + 'static {
 }
 
 /// Reads a whole file into memory (small files: CURRENT, manifest).
+/// The sync that ends a pre-write, its failure kept apart from a full
+/// device met while writing the zeros (`FileWrite::prewrite`).
+pub(crate) fn sync_after_prewrite(sync: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+    sync().map_err(|e| match e.kind() {
+        io::ErrorKind::StorageFull => io::Error::other(format!("sync after pre-write: {e}")),
+        _ => e,
+    })
+}
+
 pub fn read_all(fs: &dyn Fs, path: &Path) -> io::Result<Vec<u8>> {
     let file = fs.open(path)?;
     let len = usize::try_from(file.len())

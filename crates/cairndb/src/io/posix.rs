@@ -97,7 +97,7 @@ impl FileWrite for PosixWrite {
         }
         write_zeros(&self.file, self.size, up_to)?;
         self.size = up_to;
-        self.file.sync_data()
+        super::sync_after_prewrite(|| self.file.sync_data())
     }
     fn trim(&mut self) -> io::Result<()> {
         if self.size > self.len {

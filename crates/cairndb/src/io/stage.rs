@@ -275,6 +275,7 @@ pub fn open(
     if ring_file.metadata()?.len() != map_len as u64 {
         ring_file.set_len(map_len as u64)?;
     }
+    allocate(&ring_file, map_len as u64)?;
     // SAFETY: a fresh shared read-write mapping of a file at least
     // `map_len` long; the pointer is kept in `Mapping`, which unmaps it.
     let base = unsafe {
@@ -317,6 +318,33 @@ pub fn open(
         size,
         flusher: Some(flusher),
     })
+}
+
+/// Gives every byte of `file` below `len` a block on the device before the
+/// file is mapped. A store through a shared mapping into a hole makes the
+/// kernel find a block at that moment; on a full file system it has none
+/// and answers with SIGBUS, which kills the host process. Allocated here,
+/// a full disk is an `Io` error from open instead, and later stores into
+/// the ring never need a block.
+///
+/// `fallocate` (mode 0: blocks for the holes, data kept) where the file
+/// system has it. Where it has not, a file that already has blocks for
+/// all of `len` is kept as it is; else its bytes are written with zeros.
+/// That happens only on a fresh or resized ring: an old ring's records
+/// were read by recovery before the journal was opened.
+fn allocate(file: &File, len: u64) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, len) {
+        Ok(()) => Ok(()),
+        Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => {
+            if file.metadata()?.blocks() * 512 >= len {
+                return Ok(());
+            }
+            super::posix::write_zeros(file, 0, len)?;
+            file.sync_data()
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 impl StagedWrite {
@@ -409,7 +437,7 @@ impl super::FileWrite for StagedWrite {
         // over these pages later takes them out of the cache.
         super::posix::write_zeros(&self.plain, self.size, up_to)?;
         self.size = up_to;
-        self.plain.sync_data()
+        super::sync_after_prewrite(|| self.plain.sync_data())
     }
 
     fn trim(&mut self) -> io::Result<()> {

@@ -96,6 +96,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         .list(&dir)
         .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
     let kinds: Vec<FileKind> = names.iter().map(|n| files::parse(n)).collect();
+    let mut written = Written::new(&*fs, &dir, &names);
 
     let blocks = (opts.block_cache_bytes > 0)
         .then(|| Arc::new(BlockCache::new(opts.block_cache_bytes as u64)));
@@ -289,6 +290,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         next_file.load(std::sync::atomic::Ordering::SeqCst),
         rec.last_seqno,
     )?;
+    written.keep();
 
     // Everything the new manifest does not reference is garbage now.
     let live: std::collections::HashSet<u64> = rec.version.numbers().collect();
@@ -363,6 +365,66 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         to_warm: parking_lot::Mutex::new(Vec::new()),
         opts,
     })
+}
+
+/// The files an open writes before its new manifest is current: tables
+/// flushed from replayed journals, the fresh journal, the staging ring,
+/// the new manifest, CURRENT's temporary file. If the open fails before
+/// `keep` (a full disk, typically), dropping this removes every such file
+/// that was not in the directory when the open listed it, so failed opens
+/// do not eat the space an operator frees for the next one. Nothing is
+/// removed if CURRENT changed meanwhile: the new manifest may then be the
+/// database's, and what it names must stay.
+struct Written<'a> {
+    fs: &'a dyn Fs,
+    dir: &'a Path,
+    before: &'a [String],
+    current: Option<Vec<u8>>,
+    kept: bool,
+}
+
+impl<'a> Written<'a> {
+    fn new(fs: &'a dyn Fs, dir: &'a Path, before: &'a [String]) -> Self {
+        Written {
+            fs,
+            dir,
+            before,
+            current: crate::io::read_all(fs, &files::current(dir)).ok(),
+            kept: false,
+        }
+    }
+
+    /// The open succeeded up to its new manifest: its files stay.
+    fn keep(&mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Written<'_> {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        if crate::io::read_all(self.fs, &files::current(self.dir)).ok() != self.current {
+            return;
+        }
+        let Ok(names) = self.fs.list(self.dir) else {
+            return;
+        };
+        let mut removed = false;
+        for name in names {
+            let ours = !matches!(
+                files::parse(&name),
+                FileKind::Current | FileKind::Lock | FileKind::Other
+            );
+            if ours && !self.before.contains(&name) {
+                removed |= self.fs.remove(&self.dir.join(&name)).is_ok();
+            }
+        }
+        if removed {
+            let _ = self.fs.sync_dir(self.dir);
+        }
+    }
 }
 
 /// Reads a whole file. If `looks_whole` rejects what was read, reads it

@@ -353,9 +353,15 @@ impl Inner {
                 let up_to = (need + ahead).min(self.opts.journal_bytes.max(need));
                 // Its sync covers the appends before it: a failure leaves
                 // their durability unknown, as a failed journal sync does.
+                // A full device met while writing the zeros, before any
+                // sync, leaves the journal as it was: the group fails
+                // with nothing appended and writes go on once space
+                // returns (docs/durability.md §Full disk).
                 if let Err(e) = file.prewrite(up_to.next_multiple_of(PREWRITE_MIN)) {
-                    journal.poisoned = true;
-                    self.poison("journal pre-write", &e);
+                    if e.kind() != std::io::ErrorKind::StorageFull {
+                        journal.poisoned = true;
+                        self.poison("journal pre-write", &e);
+                    }
                     return Err(Error::io("pre-writing the journal", e));
                 }
                 self.counters.prewrites.fetch_add(1, Ordering::Relaxed);
