@@ -124,9 +124,21 @@ fn run(plan: &Plan, fs: &MemFs, fault: Option<Fault>) -> Result<Outcome, String>
         seen = fired.len();
         for (info, kind) in fresh {
             let path = info.path.to_string_lossy();
+            // A full device met while pre-writing the journal's zeros
+            // refuses the group with nothing appended and leaves the
+            // handle usable (docs/durability.md §Full disk); the zeros
+            // are written in the foreground, so the handle is already
+            // unpoisoned when the step returns. A real append that fails
+            // poisons the handle before the step returns.
+            let soft = *kind == FaultKind::Enospc
+                && info.op == OpKind::Append
+                && path.ends_with(".journal")
+                && result.as_ref().is_err_and(Error::is_no_space)
+                && db.as_ref().is_some_and(|d| d.stats().write_error.is_none());
             // A failure while closing for a reopen poisons the old handle,
             // which is gone; the new one starts clean.
             if is_poisoning(&path, info.op, *kind)
+                && !soft
                 && poisoned_at.is_none()
                 && !matches!(step, Step::Reopen)
             {
