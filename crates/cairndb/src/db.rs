@@ -137,8 +137,10 @@ pub(crate) struct Inner {
     pub compaction_lock: Mutex<()>,
     pub bg: Mutex<Bg>,
     /// Set once close begins (with `Bg::shutdown`), read without the lock
-    /// by long background work that should stop early (settling).
-    pub closing: std::sync::atomic::AtomicBool,
+    /// by long background work that should stop early (settling), and by
+    /// every read view: snapshots, iterators and transactions left over
+    /// after close get `Error::Closed`.
+    pub closing: Arc<std::sync::atomic::AtomicBool>,
     pub bg_cv: Condvar,
     pub last_seqno: AtomicU64,
     pub next_file: AtomicU64,
@@ -147,7 +149,9 @@ pub(crate) struct Inner {
     pub tables: Arc<TableCache>,
     pub reaper: Arc<Reaper>,
     pub counters: Counters,
-    pub _lock: Box<dyn DirLock>,
+    /// The directory lock, released by close (`Handle::close`), not when
+    /// the last snapshot or iterator lets go of this state.
+    pub lock: Mutex<Option<Box<dyn DirLock>>>,
     pub blocks: Option<Arc<BlockCache>>,
     /// Worker threads (`pool.rs`): device reads of scans and value GC,
     /// memtable inserts of synced groups.
@@ -187,6 +191,7 @@ impl Inner {
             policy: self.policy.clone(),
             workers: self.workers.clone(),
             share: self.share.clone(),
+            closed: self.closing.clone(),
         }
     }
 
@@ -312,11 +317,17 @@ struct Handle {
 }
 
 impl Handle {
+    /// Ends what the database owns: background threads, the journal,
+    /// the directory lock. Snapshots, iterators and transactions that
+    /// outlive it hold memory only and answer `Error::Closed`; another
+    /// handle may open the directory at once.
     fn close(&self) -> Result<()> {
         let r = self.inner.shutdown();
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
+        self.inner.reaper.closed.store(true, Ordering::Release);
+        drop(self.inner.lock.lock().take());
         r
     }
 }

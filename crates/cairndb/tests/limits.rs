@@ -28,6 +28,34 @@ fn oversized_key_is_refused_everywhere() {
     is_limit(db.delete(&big), "delete");
     is_limit(db.get(&big), "get");
     is_limit(db.snapshot().get(&big), "snapshot get");
+    is_limit(db.begin().get(&big), "transaction get");
+    is_limit(
+        db.begin().get_for_update(&big),
+        "transaction get_for_update",
+    );
+    // A bound longer than any key is refused as the key would be, from
+    // either end: it is not an empty range.
+    db.put(b"zz", b"in range").expect("put");
+    is_limit(db.range(&big[..]..).next().expect("an item"), "range start");
+    is_limit(db.range(..&big[..]).next().expect("an item"), "range end");
+    is_limit(
+        db.range(&big[..]..).next_back().expect("an item"),
+        "range start, reversed",
+    );
+    is_limit(
+        db.snapshot().range(&big[..]..).next().expect("an item"),
+        "snapshot range",
+    );
+    let mut txn = db.begin();
+    is_limit(
+        txn.range(&big[..]..)
+            .expect("txn range")
+            .next()
+            .expect("an item"),
+        "transaction range",
+    );
+    drop(txn);
+    db.delete(b"zz").expect("delete");
     let mut b = WriteBatch::new();
     b.put(b"ok", b"1").expect("small put");
     is_limit(b.put(&big, b"v"), "batch put");
@@ -39,7 +67,7 @@ fn oversized_key_is_refused_everywhere() {
         scan(&db).expect("scan"),
         vec![(b"ok".to_vec(), b"1".to_vec())]
     );
-    assert_eq!(db.stats().last_seqno, 1, "a refused write consumed a seqno");
+    assert_eq!(db.stats().last_seqno, 3, "a refused write consumed a seqno");
 
     // The largest key is accepted, and survives flush and reopen.
     let max = vec![0xa5u8; KEY_LEN_MAX];
@@ -273,4 +301,59 @@ fn writes_after_close_fail_with_closed_through_every_clone() {
         scan(&db).expect("scan"),
         vec![(b"before".to_vec(), b"1".to_vec())]
     );
+}
+
+/// `close` ends what the handle owns, whatever is left over: snapshots,
+/// iterators and transactions that outlive it answer `Closed`, and the
+/// directory can be opened again at once (before, a leftover snapshot kept
+/// the lock until it was dropped). Files that leftovers let go of later
+/// are not deleted under the new handle.
+#[test]
+fn close_ends_leftover_snapshots_iterators_and_transactions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = || Options {
+        memtable_bytes: 64 << 10,
+        ..Options::default()
+    };
+    let db = Db::open(dir.path(), opts()).expect("open");
+    for i in 0..2000u32 {
+        db.put(format!("k{i:05}"), vec![i as u8; 200]).expect("put");
+    }
+    db.flush().expect("flush");
+    let snap = db.snapshot();
+    let mut it = db.iter();
+    assert!(it.next().expect("first").is_ok());
+    let mut txn = db.begin();
+    assert!(txn.get(b"k00001").expect("txn get").is_some());
+    // Compacted away while the leftovers still hold the old tables.
+    db.compact().expect("compact");
+    let clone = db.clone();
+    db.close().expect("close");
+
+    let closed = |r: cairndb::Result<()>, what: &str| match r {
+        Err(Error::Closed) => {}
+        other => panic!("{what} after close: expected Closed, got {other:?}"),
+    };
+    closed(snap.get(b"k00002").map(drop), "snapshot get");
+    closed(
+        snap.iter().next().expect("an item").map(drop),
+        "snapshot iter",
+    );
+    closed(it.next().expect("an item").map(drop), "iterator next");
+    closed(txn.get(b"k00003").map(drop), "transaction get");
+    closed(clone.get(b"k00004").map(drop), "get through a clone");
+
+    let db = Db::open(dir.path(), opts()).expect("reopen beside leftovers");
+    drop((snap, it, txn, clone));
+    for i in (0..2000u32).step_by(97) {
+        assert_eq!(
+            db.get(format!("k{i:05}")).expect("get"),
+            Some(vec![i as u8; 200]),
+            "key {i} after the leftovers let go"
+        );
+    }
+    assert_eq!(scan(&db).expect("scan").len(), 2000);
+    db.close().expect("close");
+    let db = Db::open(dir.path(), opts()).expect("reopen");
+    assert_eq!(scan(&db).expect("scan").len(), 2000);
 }

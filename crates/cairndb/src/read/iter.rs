@@ -16,6 +16,7 @@ use crate::Result;
 use crate::format::key::{self, Kind};
 use crate::format::vptr::{VPTR_LEN_MAX, ValuePtr};
 use crate::limits::SEQNO_MAX;
+use crate::write::batch::check_key;
 use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::ops::Bound;
@@ -146,7 +147,13 @@ impl Iter {
         lower: Bound<Vec<u8>>,
         upper: Bound<Vec<u8>>,
     ) -> Self {
-        Iter {
+        // A bound longer than any key is refused as a key would be
+        // (`Db::get`): the first item from either end is the error.
+        let refused = [&lower, &upper].into_iter().find_map(|b| match b {
+            Bound::Included(k) | Bound::Excluded(k) => check_key(k).err(),
+            Bound::Unbounded => None,
+        });
+        let mut it = Iter {
             scan: view.share.scan(),
             view,
             snapshot,
@@ -160,7 +167,14 @@ impl Iter {
             back_ahead: Ahead::new(),
             done: false,
             lent: None,
+        };
+        if let Some(e) = refused {
+            for ahead in [&mut it.front_ahead, &mut it.back_ahead] {
+                ahead.queue.push_back(Err(e.duplicate()));
+                ahead.ended = true;
+            }
         }
+        it
     }
 
     fn merge(&self, dir: Dir, start: Option<Vec<u8>>) -> Result<MergeCursor> {
@@ -349,6 +363,9 @@ impl Iter {
 
     /// The next entry from one end, refilling its read-ahead if empty.
     fn step(&mut self, dir: Dir) -> Option<Result<Entry>> {
+        if let Err(e) = self.view.check_open() {
+            return Some(Err(e));
+        }
         let empty = match dir {
             Dir::Forward => self.front_ahead.queue.is_empty(),
             Dir::Backward => self.back_ahead.queue.is_empty(),

@@ -56,7 +56,9 @@ impl TableCache {
                 .fs
                 .open(&path)
                 .map_err(|e| Error::io(format!("opening table {}", path.display()), e))?;
-            Table::open(handle, path, file.number, self.blocks.clone()).map(Arc::new)
+            let table = Table::open(handle, path, file.number, self.blocks.clone())?;
+            table.check_record(file.size, file.entries, &file.smallest, &file.largest)?;
+            Ok(Arc::new(table))
         })
     }
 
@@ -89,6 +91,9 @@ pub struct ReadView {
     pub workers: Arc<crate::pool::WorkerPool>,
     /// Chunks of flushed segments that long scans share.
     pub share: Arc<share::ChunkShare>,
+    /// Set once the database is closing (`Inner::closing`): reads
+    /// through this view answer `Error::Closed`.
+    pub closed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ReadView {
@@ -119,6 +124,15 @@ impl ReadView {
         Ok(None)
     }
 
+    /// `Closed` once the database is closing: files this view names may
+    /// belong to another handle by now.
+    pub fn check_open(&self) -> Result<()> {
+        if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(crate::Error::Closed);
+        }
+        Ok(())
+    }
+
     /// The value of `user_key` at `snapshot`, or `None` if absent/deleted.
     pub fn get(&self, user_key: &[u8], snapshot: u64) -> Result<Option<Vec<u8>>> {
         match self.find(user_key, snapshot)? {
@@ -132,6 +146,7 @@ impl ReadView {
     /// 0 newest first, then one table per deeper level. A separated value
     /// is returned as its encoded pointer, not read.
     pub fn find(&self, user_key: &[u8], snapshot: u64) -> Result<Option<Lookup>> {
+        self.check_open()?;
         for mem in std::iter::once(&self.mem).chain(self.sealed.iter().rev()) {
             if let Some(found) = mem.get(user_key, snapshot) {
                 return Ok(Some(found));

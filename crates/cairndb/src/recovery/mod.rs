@@ -342,7 +342,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         }),
         manifest: Mutex::new(manifest),
         compaction_lock: Mutex::new(()),
-        closing: std::sync::atomic::AtomicBool::new(false),
+        closing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         bg: Mutex::new(Bg::default()),
         bg_cv: Condvar::new(),
         last_seqno: AtomicU64::new(if opts.sabotage.stale_seqno_after_open {
@@ -355,7 +355,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         tables,
         reaper,
         counters: Counters::default(),
-        _lock: lock,
+        lock: Mutex::new(Some(lock)),
         blocks,
         workers: Arc::new(crate::pool::WorkerPool::new()),
         share: Arc::default(),

@@ -31,6 +31,7 @@ use crate::format::batch as codec;
 use crate::options::WriteOptions;
 use crate::read::ReadView;
 use crate::read::iter::{Iter, KeyValue};
+use crate::write::batch::check_key;
 use own::{OwnWrite, OwnWrites};
 use recent::RecentWrites;
 use registry::Pin;
@@ -226,6 +227,7 @@ impl Transaction {
     pub fn get(&mut self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         self.check_open()?;
         let key = key.as_ref();
+        check_key(key)?;
         if let Some(w) = self.writes.get(key) {
             return Ok(w.map(<[u8]>::to_vec));
         }
@@ -242,6 +244,7 @@ impl Transaction {
     pub fn get_for_update(&mut self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         self.check_open()?;
         let key = key.as_ref();
+        check_key(key)?;
         self.locked.insert(key.to_vec());
         if let Some(w) = self.writes.get(key) {
             return Ok(w.map(<[u8]>::to_vec));

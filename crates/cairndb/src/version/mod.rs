@@ -61,6 +61,11 @@ pub struct Reaper {
     /// The staging ring new journals are written through
     /// (`Options::journal_direct`), if any, and its size.
     pub stage: Option<(PathBuf, usize)>,
+    /// Set when the database is closed, before its lock is released:
+    /// from then on another handle may own the directory, so files that
+    /// become obsolete as leftover snapshots and iterators let go are
+    /// left for the next open to remove.
+    pub closed: std::sync::atomic::AtomicBool,
 }
 
 impl Reaper {
@@ -79,6 +84,7 @@ impl Reaper {
             free_max,
             recycled: std::sync::atomic::AtomicU64::new(0),
             stage: None,
+            closed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -209,7 +215,7 @@ impl TableFile {
 
 impl Drop for TableFile {
     fn drop(&mut self) {
-        if self.obsolete.load(Ordering::Acquire) {
+        if self.obsolete.load(Ordering::Acquire) && !self.reaper.closed.load(Ordering::Acquire) {
             let path = files::table(&self.reaper.dir, self.number);
             // A failed delete leaves an orphan that the next open removes.
             let _ = self.reaper.fs.remove(&path);

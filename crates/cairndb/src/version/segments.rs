@@ -266,7 +266,7 @@ impl Drop for SegmentFile {
                 map.remove(&self.number);
             }
         }
-        if self.obsolete.load(Ordering::Acquire) {
+        if self.obsolete.load(Ordering::Acquire) && !self.reaper.closed.load(Ordering::Acquire) {
             if self.recyclable.load(Ordering::Acquire) && self.reaper.keep_free(self.number) {
                 return;
             }
