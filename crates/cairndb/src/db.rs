@@ -127,6 +127,9 @@ pub(crate) struct Counters {
 
 pub(crate) struct Inner {
     pub dir: PathBuf,
+    /// The database's identity (manifest tag 9): seeds its journals'
+    /// framing and is written into its tables (format.md §Manifest).
+    pub db_id: u64,
     pub opts: Options,
     pub fs: Arc<dyn Fs>,
     pub table_opts: TableOptions,
@@ -281,7 +284,10 @@ impl Inner {
         self.pins.oldest(&self.last_seqno)
     }
 
-    fn shutdown(&self) -> Result<()> {
+    /// Stops background work and syncs the journal. Returns the journal's
+    /// number and length if it was synced whole and nothing failed: what
+    /// a clean close records (`log_clean_close`).
+    fn shutdown(&self) -> Result<Option<(u64, u64)>> {
         {
             let mut bg = self.bg.lock();
             bg.shutdown = true;
@@ -293,21 +299,53 @@ impl Inner {
         // unsynced writes must still be made durable. A stored error is
         // then reported, so close does not claim a clean shutdown.
         let mut journal = self.journal.lock();
+        let number = journal.number;
         let presynced = crate::write::join_presync(&mut journal.presync);
         let synced = match journal.file.take() {
             Some(mut f) if !journal.poisoned => f
                 .trim()
                 .and_then(|()| f.sync())
+                .map(|()| Some((number, f.len())))
                 .map_err(|e| Error::io("syncing the journal on close", e)),
-            _ => Ok(()),
+            _ => Ok(None),
         };
         drop(journal);
         presynced.map_err(|e| Error::io("syncing the journal on close", e))?;
-        synced?;
+        let end = synced?;
         match &self.bg.lock().error {
             Some(e) => Err(e.duplicate()),
-            None => Ok(()),
+            None => Ok(end),
         }
+    }
+
+    /// Records a clean close in the manifest, as its last edit: journal
+    /// `number` holds exactly `len` bytes of intact records and no later
+    /// journal holds a write. The next open then reports damage anywhere
+    /// in those journals instead of cutting it as a torn tail
+    /// (durability.md §Clean close). Called once the background threads
+    /// have stopped, so no edit follows it.
+    fn log_clean_close(&self, number: u64, len: u64) -> Result<()> {
+        let mut m = self.manifest.lock();
+        if m.poisoned {
+            return Ok(());
+        }
+        let edit = crate::format::manifest::Edit {
+            clean_close: Some((number, len)),
+            ..Default::default()
+        };
+        let mut rec = Vec::new();
+        crate::format::log::encode_record(
+            &mut rec,
+            crate::format::log::RecordKind::Edit,
+            &edit.encode(),
+        );
+        m.file
+            .append(&rec)
+            .and_then(|()| m.file.sync())
+            .map_err(|e| {
+                m.poisoned = true;
+                Error::io("recording the clean close in the manifest", e)
+            })
     }
 }
 
@@ -326,6 +364,11 @@ impl Handle {
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
+        let r = match r {
+            Ok(Some((journal, len))) => self.inner.log_clean_close(journal, len),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
         self.inner.reaper.closed.store(true, Ordering::Release);
         drop(self.inner.lock.lock().take());
         r
@@ -565,6 +608,15 @@ impl Db {
     /// any clone of this handle fail with `Closed`.
     pub fn close(self) -> Result<()> {
         self.handle.close()
+    }
+
+    /// The database's identity: drawn when it was created (or first
+    /// opened by a build of manifest format 4) and kept in its manifest.
+    /// Its tables carry it, and its journals' record framing is seeded
+    /// with it, so a file of another database is told apart from its own
+    /// (docs/format.md §Manifest).
+    pub fn id(&self) -> u64 {
+        self.inner().db_id
     }
 
     /// Shape and counters, for tools and tests.

@@ -1057,6 +1057,7 @@ pub fn table(data: &[u8]) -> usize {
                 block_size: 64 + usize::from(input.u8()) * 4,
                 restart_interval: 1 + usize::from(input.u8() % 8),
                 filter: mode & 0x40 == 0,
+                db_id: 0,
             };
             let damage = input.u8();
             let at = usize::from(input.u16());
@@ -1990,12 +1991,14 @@ pub fn seed_corpus() -> Vec<(&'static str, Vec<u8>)> {
 
 /// For tests that build journal images by hand: the journal record
 /// `record` (header and payload, any framing) framed again as a record of
-/// journal `number` (journal format 3), payload unchanged. `None` if
+/// journal `number` of database `db_id` (`Db::id`), payload unchanged.
+/// `None` if
 /// `record` is shorter than its header says.
-pub fn reframe_journal_record(record: &[u8], number: u64) -> Option<Vec<u8>> {
+pub fn reframe_journal_record(record: &[u8], number: u64, db_id: u64) -> Option<Vec<u8>> {
+    let seed = log::journal_seed(number, db_id);
     let len = u32::from_le_bytes(record.get(4..8)?.try_into().ok()?) as usize;
     let payload = record.get(log::HEADER_LEN..log::HEADER_LEN.checked_add(len)?)?;
     let mut out = Vec::with_capacity(record.len());
-    log::encode_record_parts(&mut out, RecordKind::NumberedBatch, number, &[], payload);
+    log::encode_record_parts(&mut out, RecordKind::NumberedBatch, seed, &[], payload);
     Some(out)
 }

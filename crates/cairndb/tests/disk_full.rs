@@ -169,9 +169,9 @@ fn run(mount: &Mount, free: u64) -> (bool, String) {
                 x ^= x >> 7;
                 x ^= x << 17;
                 let key = format!("k{:016x}", x % 50_000).into_bytes();
-                let len = if i % 3 == 0 { 100 } else { 3000 };
+                let len = if i.is_multiple_of(3) { 100 } else { 3000 };
                 let value: Vec<u8> = (0..len).map(|j| (x >> (j % 56)) as u8 ^ j as u8).collect();
-                let sync = i % 17 == 0;
+                let sync = i.is_multiple_of(17);
                 match db.put_opt(&key, &value, &WriteOptions { sync }) {
                     Ok(()) => {
                         model.insert(key, value);

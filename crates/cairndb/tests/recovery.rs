@@ -169,6 +169,9 @@ fn journal_image(n: usize) -> (Image, String) {
     journal_image_with(n, &WriteOptions::default())
 }
 
+/// The directory after a process crash with `n` puts in the newest
+/// journal: every appended byte, and no clean close (which would vouch
+/// for the journal's end, making every cut below `Corruption`).
 fn journal_image_with(n: usize, wo: &WriteOptions) -> (Image, String) {
     let fs = MemFs::new();
     let db = Db::open(dir(), mem_opts(&fs, 4 << 20)).expect("open");
@@ -176,9 +179,13 @@ fn journal_image_with(n: usize, wo: &WriteOptions) -> (Image, String) {
         db.put_opt(format!("k{i:03}"), format!("value-{i}"), wo)
             .expect("put");
     }
-    drop(db);
-    let image = snapshot(&fs, dir());
+    let mut image = snapshot(&fs, dir());
+    std::mem::forget(db);
     let journal = files_with(&fs, dir(), ".journal").pop().expect("a journal");
+    // Zeros pre-written ahead of synced appends are not records.
+    let bytes = image.get_mut(&journal).expect("journal");
+    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+    bytes.truncate(end);
     assert_eq!(record_offsets(&image[&journal]).len(), n);
     (image, journal)
 }
@@ -647,15 +654,26 @@ fn damaged_last_manifest_edit_is_corruption_not_stale_data() {
     db.put("k", "old").expect("put");
     db.flush().expect("flush");
     db.put("k", "new").expect("put");
-    db.flush().expect("flush"); // last edit: adds the table holding "new"
-    db.close().expect("close");
+    db.flush().expect("flush"); // adds the table holding "new"
+    db.close().expect("close"); // last edit: the clean close
     let image = snapshot(&fs, dir());
     let manifest = image
         .keys()
         .find(|n| n.starts_with("MANIFEST-"))
         .expect("manifest")
         .clone();
-    let last = *record_offsets(&image[&manifest]).last().expect("edits");
+    let edits = record_offsets(&image[&manifest]);
+    // The clean close, damaged, reads as a torn last edit: ignored, and
+    // nothing is lost (the journal is replayed as after a crash).
+    let close = *edits.last().expect("edits");
+    for off in [close.0, close.1 - 1] {
+        let mut img = image.clone();
+        img.get_mut(&manifest).expect("manifest")[off] ^= 1;
+        let db = Db::open(dir(), mem_opts(&restore(&img, dir()), 4 << 20))
+            .unwrap_or_else(|e| panic!("clean close flipped at {off}: {e}"));
+        assert_eq!(db.get("k").expect("get"), Some(b"new".to_vec()));
+    }
+    let last = edits[edits.len() - 2];
     for off in [last.0, last.0 + 17, last.1 - 1] {
         let mut img = image.clone();
         img.get_mut(&manifest).expect("manifest")[off] ^= 1;
@@ -740,7 +758,10 @@ fn torn_journal_followed_by_an_empty_journal_is_cut() {
     let later =
         snapshot(&restore(&image, dir()), dir())[&journal][records[8].0..records[8].1].to_vec();
     // Records are framed for their journal's number: move it to the next.
-    let later = cairndb::fuzzing::reframe_journal_record(&later, number + 1).expect("record");
+    let id = Db::open(dir(), mem_opts(&restore(&image, dir()), 4 << 20))
+        .expect("open a copy")
+        .id();
+    let later = cairndb::fuzzing::reframe_journal_record(&later, number + 1, id).expect("record");
     let mut next = fs
         .create(&dir().join(format!("{:06}.journal", number + 1)))
         .expect("create");
@@ -770,7 +791,9 @@ fn record_image_inside_a_torn_value_is_not_damage() {
     value.extend_from_slice(&[0x55; 64]); // room to tear after the image
     db.put("c", &value)
         .expect("put value holding record images");
-    drop(db);
+    // A process crash: no clean close vouches for the journal's end.
+    let fs = restore(&snapshot(&fs, dir()), dir());
+    std::mem::forget(db);
     let journal = files_with(&fs, dir(), ".journal").pop().expect("journal");
     let len = fs.file_len(&dir().join(&journal)).expect("len") as usize;
     fs.truncate(&dir().join(&journal), len - 10);
@@ -793,4 +816,54 @@ fn create_if_missing_false_on_an_empty_directory() {
             .iter()
             .all(|n| n == "LOCK" || n.is_empty())
     );
+}
+
+/// After a clean close nothing is in flight: damage anywhere in the newest
+/// journal is `Corruption` naming the journal and the offset, and a cut
+/// one is too. Before clean closes were recorded, a flipped bit in the
+/// middle of a journal of unsynced puts, closed cleanly, cut it there as a
+/// torn tail and silently dropped every later put.
+#[test]
+fn damage_after_a_clean_close_is_corruption_not_a_cut() {
+    let fs = MemFs::new();
+    let db = Db::open(dir(), mem_opts(&fs, 64 << 20)).expect("open");
+    for i in 0..5000u32 {
+        db.put(format!("k{i:05}"), format!("value-{i}"))
+            .expect("put");
+    }
+    db.close().expect("close");
+    let image = snapshot(&fs, dir());
+    let journal = files_with(&fs, dir(), ".journal").pop().expect("journal");
+    let len = image[&journal].len();
+    assert!(len > 100_000, "journal of {len} bytes");
+    for (what, cut, flip) in [
+        ("a bit flipped in the middle", None, Some(len / 2)),
+        ("a bit flipped in the first record", None, Some(20)),
+        ("cut in the middle", Some(len / 2), None),
+        ("cut by one byte", Some(len - 1), None),
+    ] {
+        let mut img = image.clone();
+        let bytes = img.get_mut(&journal).expect("journal");
+        if let Some(at) = flip {
+            bytes[at] ^= 0x08;
+        }
+        if let Some(at) = cut {
+            bytes.truncate(at);
+        }
+        match Db::open(dir(), mem_opts(&restore(&img, dir()), 64 << 20)) {
+            Err(Error::Corruption { file, offset, .. }) => {
+                assert_eq!(file, dir().join(&journal), "{what}");
+                let at = flip.or(cut).expect("a place") as u64;
+                assert!(offset <= at, "{what}: reported at {offset}, damage at {at}");
+            }
+            Err(e) => panic!("{what}: expected Corruption, got {e}"),
+            Ok(db) => panic!(
+                "{what}: opened with {} of 5000 keys",
+                scan(&db).expect("scan").len()
+            ),
+        }
+    }
+    // Undamaged, everything is there.
+    let db = Db::open(dir(), mem_opts(&restore(&image, dir()), 64 << 20)).expect("reopen");
+    assert_eq!(scan(&db).expect("scan").len(), 5000);
 }

@@ -1109,7 +1109,11 @@ fn merge_into(
                 .fs
                 .create(&path)
                 .map_err(|e| Error::io(format!("creating table {}", path.display()), e))?;
-            writer = Some((number, TableWriter::new(file, path, &inner.table_opts)));
+            let opts = &inner.table_opts;
+            writer = Some((
+                number,
+                TableWriter::new(file, path, opts).owned_by(opts.db_id, number),
+            ));
         }
         // Value GC: a pointer into a segment that is mostly dead moves its
         // value to this compaction's values file; settling also moves

@@ -47,7 +47,7 @@ pub(crate) fn write_table(
     let file = fs
         .create(&path)
         .map_err(|e| Error::io(format!("creating table {}", path.display()), e))?;
-    let mut writer = TableWriter::new(file, path, opts);
+    let mut writer = TableWriter::new(file, path, opts).owned_by(opts.db_id, number);
     let mut max_seqno = 0;
     let mut live = std::collections::BTreeMap::<u64, u64>::new();
     mem.for_each(|ikey, value| {

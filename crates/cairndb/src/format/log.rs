@@ -39,6 +39,15 @@ pub enum Framing {
     Numbered(u64),
 }
 
+/// The seed of journal `number`'s numbered framing in a database whose
+/// manifest names identity `db_id` (format 4; 0 for format 3, where the
+/// seed is the number alone). Two journals of one database never share a
+/// seed, and a journal of another database (another identity) fails every
+/// header checksum here.
+pub fn journal_seed(number: u64, db_id: u64) -> u64 {
+    number ^ db_id
+}
+
 /// The header checksum of `header` (whose bytes 4.. are filled in).
 fn header_crc(header: &[u8], framing: Framing) -> Option<u32> {
     let fields = header.get(4..HEADER_LEN)?;

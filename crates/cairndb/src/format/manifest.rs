@@ -12,6 +12,8 @@
 //! | 6   | remove_table | varint level, number                                   |
 //! | 7   | value_live   | varint segment, bytes: separated value bytes that tables now point to in that journal segment |
 //! | 8   | value_dead   | varint segment, bytes: pointed-to bytes no table points to any more |
+//! | 9   | db_id        | varint: the database's identity (first edit of a format-4 file) |
+//! | 10  | clean_close  | varint journal, length: a clean close left that journal whole at that length |
 
 use super::coding::{Reader, put_bytes, put_varint};
 use crate::limits::LEVELS;
@@ -20,11 +22,17 @@ use crate::limits::LEVELS;
 /// tags 7 and 8 (value segments); format 3 adds no field but says the
 /// journals at and above its floor are of journal format 3 (numbered
 /// framing, format.md §Log records), so that an older build refuses the
-/// database instead of reading those journals as torn. Formats 1 and 2
-/// are read as they are, their journals with the plain framing.
-pub const MANIFEST_FORMAT: u64 = 3;
+/// database instead of reading those journals as torn. Format 4 adds tags
+/// 9 (the database's identity, which seeds its journals' framing and is
+/// written into its tables) and 10 (clean close). Formats 1 to 3 are read
+/// as they are, their journals with the framing of their format.
+pub const MANIFEST_FORMAT: u64 = 4;
 /// First manifest format whose journals use the numbered framing.
 pub const MANIFEST_FORMAT_NUMBERED_JOURNALS: u64 = 3;
+/// First manifest format that names the database's identity (tag 9,
+/// required in the first edit of a file) and salts its journals' framing
+/// with it.
+pub const MANIFEST_FORMAT_IDENTIFIED: u64 = 4;
 /// Oldest manifest format this build reads.
 pub const MANIFEST_FORMAT_MIN: u64 = 1;
 
@@ -52,6 +60,12 @@ pub struct Edit {
     pub value_live: Vec<(u64, u64)>,
     /// (segment, bytes) of separated values no table points to any more.
     pub value_dead: Vec<(u64, u64)>,
+    /// The database's identity (format 4; nonzero).
+    pub db_id: Option<u64>,
+    /// (journal, length): written by a clean close as the file's last
+    /// edit. That journal was synced whole and holds exactly `length`
+    /// bytes of intact records; no journal after it holds a write.
+    pub clean_close: Option<(u64, u64)>,
 }
 
 impl Edit {
@@ -88,6 +102,15 @@ impl Edit {
                 put_varint(&mut out, segment);
                 put_varint(&mut out, bytes);
             }
+        }
+        if let Some(id) = self.db_id {
+            put_varint(&mut out, 9);
+            put_varint(&mut out, id);
+        }
+        if let Some((journal, len)) = self.clean_close {
+            put_varint(&mut out, 10);
+            put_varint(&mut out, journal);
+            put_varint(&mut out, len);
         }
         out
     }
@@ -146,6 +169,17 @@ impl Edit {
                         e.value_dead.push(pair);
                     }
                 }
+                9 => {
+                    let id = r.varint().ok_or("field 9 truncated")?;
+                    if id == 0 {
+                        return Err("database identity 0".into());
+                    }
+                    e.db_id = Some(id);
+                }
+                10 => {
+                    let mut num = || r.varint().ok_or("clean close field truncated");
+                    e.clean_close = Some((num()?, num()?));
+                }
                 t => return Err(format!("unknown field tag {t}")),
             }
         }
@@ -175,6 +209,8 @@ mod tests {
             removed: vec![(0, 3), (1, 4)],
             value_live: vec![(5, 40960), (6, 1)],
             value_dead: vec![(2, 8192)],
+            db_id: Some(0x1234_5678_9abc_def0),
+            clean_close: Some((11, 4096)),
         };
         let b = e.encode();
         assert_eq!(Edit::decode(&b), Ok(e));
@@ -187,5 +223,78 @@ mod tests {
         }
         assert!(Edit::decode(&[99, 1]).is_err());
         assert!(Edit::decode(&[5, 9]).is_err()); // level out of range
+        assert!(Edit::decode(&[9, 0]).is_err()); // identity 0
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    use super::*;
+    use crate::format::log::{RecordKind, encode_record};
+
+    fn hex(b: &[u8]) -> String {
+        b.iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// format.md §Manifest, worked examples: the first edit of a new
+    /// database of identity 0x0123456789abcdef, and the edit of its first
+    /// flush; whole records, header included.
+    #[test]
+    fn worked_examples() {
+        let first = Edit {
+            format: Some(MANIFEST_FORMAT),
+            journal: Some(2),
+            next_file: Some(4),
+            last_seqno: Some(0),
+            db_id: Some(0x0123_4567_89ab_cdef),
+            ..Edit::default()
+        };
+        let mut rec = Vec::new();
+        encode_record(&mut rec, RecordKind::Edit, &first.encode());
+        assert_eq!(
+            hex(&rec),
+            "e0 43 f7 60 12 00 00 00 86 38 6d 0d 02 00 00 00 \
+             01 04 02 02 03 04 04 00 09 ef 9b af cd f8 ac d1 91 01"
+        );
+        let key = |k: &[u8]| {
+            let mut v = k.to_vec();
+            v.extend_from_slice(&[0, 0, 0, 0, 0, 0, 1, 1]);
+            v
+        };
+        let flush = Edit {
+            journal: Some(4),
+            next_file: Some(6),
+            last_seqno: Some(1),
+            added: vec![TableRecord {
+                level: 0,
+                number: 5,
+                size: 162,
+                entries: 1,
+                smallest: key(b"a"),
+                largest: key(b"a"),
+            }],
+            ..Edit::default()
+        };
+        let mut rec = Vec::new();
+        encode_record(&mut rec, RecordKind::Edit, &flush.encode());
+        assert_eq!(
+            hex(&rec),
+            "15 58 0d 51 20 00 00 00 bf f4 95 47 02 00 00 00 \
+             02 04 03 06 04 01 05 00 05 a2 01 01 \
+             09 61 00 00 00 00 00 00 01 01 09 61 00 00 00 00 00 00 01 01"
+        );
+        let close = Edit {
+            clean_close: Some((4, 0)),
+            ..Edit::default()
+        };
+        let mut rec = Vec::new();
+        encode_record(&mut rec, RecordKind::Edit, &close.encode());
+        assert_eq!(
+            hex(&rec),
+            "42 f5 57 24 03 00 00 00 79 9e 5f ff 02 00 00 00 0a 04 00"
+        );
     }
 }

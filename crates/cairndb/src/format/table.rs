@@ -44,8 +44,12 @@ use std::sync::Arc;
 
 /// Format version written in the footer and the properties block.
 /// Version 2 tables may hold entries of kind 2 (value pointers); version 1
-/// tables never do and are read as they are.
-pub const TABLE_VERSION: u32 = 2;
+/// tables never do and are read as they are. Version 3 properties name
+/// the database and the file number the table was written as (fields 7
+/// and 8), so a table under a name it was not written as is found out.
+pub const TABLE_VERSION: u32 = 3;
+/// First table version whose properties name their owner.
+pub const TABLE_VERSION_OWNED: u32 = 3;
 /// Oldest table version this build reads.
 pub const TABLE_VERSION_MIN: u32 = 1;
 /// Last 8 bytes of every table file.
@@ -67,6 +71,9 @@ pub struct TableOptions {
     pub restart_interval: usize,
     /// Whether to build a key filter.
     pub filter: bool,
+    /// The database's identity, written into every table with its number
+    /// (`TableWriter::owned_by`); 0 outside a database (unit tests).
+    pub db_id: u64,
 }
 
 impl Default for TableOptions {
@@ -75,6 +82,7 @@ impl Default for TableOptions {
             block_size: 4096,
             restart_interval: 16,
             filter: true,
+            db_id: 0,
         }
     }
 }
@@ -123,6 +131,8 @@ pub struct TableWriter {
     entries: u64,
     data_blocks: u64,
     failed: bool,
+    /// (database identity, file number) written into the properties.
+    owner: (u64, u64),
 }
 
 impl TableWriter {
@@ -146,7 +156,17 @@ impl TableWriter {
             entries: 0,
             data_blocks: 0,
             failed: false,
+            owner: (0, 0),
         }
+    }
+
+    /// Names the database (its identity, `Inner::db_id`) and the file
+    /// number this table is written as, recorded in its properties and
+    /// checked against the manifest when it is opened. Without it both are
+    /// written as 0, which no database has.
+    pub fn owned_by(mut self, db_id: u64, number: u64) -> Self {
+        self.owner = (db_id, number);
+        self
     }
 
     /// Adds an entry. `ikey` is an encoded internal key strictly greater
@@ -234,6 +254,7 @@ impl TableWriter {
             filter_kind,
             smallest: std::mem::take(&mut self.smallest),
             largest,
+            owner: Some(self.owner),
         };
         let props_h = self.write_block(&props.encode())?;
         // 4. footer
@@ -332,6 +353,9 @@ struct Properties {
     filter_kind: u8,
     smallest: Vec<u8>,
     largest: Vec<u8>,
+    /// (database identity, file number); `None` in tables older than
+    /// `TABLE_VERSION_OWNED`.
+    owner: Option<(u64, u64)>,
 }
 
 impl Properties {
@@ -343,6 +367,9 @@ impl Properties {
         out.push(self.filter_kind); // 4. filter kind
         put_bytes(&mut out, &self.smallest); // 5. smallest
         put_bytes(&mut out, &self.largest); // 6. largest
+        let (db_id, number) = self.owner.unwrap_or_default();
+        put_varint(&mut out, db_id); // 7. database identity
+        put_varint(&mut out, number); // 8. file number
         out
     }
 
@@ -358,6 +385,11 @@ impl Properties {
         let filter_kind = r.u8().ok_or_else(trunc)?;
         let smallest = r.len_prefixed().ok_or_else(trunc)?.to_vec();
         let largest = r.len_prefixed().ok_or_else(trunc)?.to_vec();
+        let owner = if version >= u64::from(TABLE_VERSION_OWNED) {
+            Some((r.varint().ok_or_else(trunc)?, r.varint().ok_or_else(trunc)?))
+        } else {
+            None
+        };
         if !r.is_empty() {
             return Err("trailing bytes in properties".into());
         }
@@ -382,6 +414,7 @@ impl Properties {
             filter_kind,
             smallest,
             largest,
+            owner,
         })
     }
 }
@@ -638,6 +671,50 @@ impl Table {
             filter,
             props,
         })
+    }
+
+    /// Checks that this is the table a manifest record describes: the
+    /// database and file number it was written as (version 3 tables), its
+    /// length, entry count and key range must be the record's. A valid
+    /// table under a name the manifest gives another table (copied from
+    /// another database, two tables swapped, an old file restored) fails
+    /// here with `Corruption`, before any read or compaction trusts it.
+    pub fn check_record(
+        &self,
+        db_id: u64,
+        size: u64,
+        entries: u64,
+        smallest: &[u8],
+        largest: &[u8],
+    ) -> Result<()> {
+        let len = self.file.len();
+        let differs = if let Some((owner, number)) = self.props.owner
+            && (owner, number) != (db_id, self.id)
+        {
+            if owner != db_id {
+                format!(
+                    "was written by another database (identity {owner:#x}, this one {db_id:#x})"
+                )
+            } else {
+                format!("was written as table {number}")
+            }
+        } else if len != size {
+            format!("is {len} bytes long, the manifest says {size}")
+        } else if self.props.entries != entries {
+            format!(
+                "holds {} entries, the manifest says {entries}",
+                self.props.entries
+            )
+        } else if self.props.smallest != smallest || self.props.largest != largest {
+            "key range differs from the manifest's".to_string()
+        } else {
+            return Ok(());
+        };
+        Err(Error::corruption(
+            &self.path,
+            0,
+            format!("not the table the manifest names: it {differs}"),
+        ))
     }
 
     /// False only if the table certainly holds no entry for `user_key`.
@@ -1088,11 +1165,13 @@ mod tests {
                 block_size: 64,
                 restart_interval: 1,
                 filter: false,
+                db_id: 0,
             },
             TableOptions {
                 block_size: 1000,
                 restart_interval: 3,
                 filter: true,
+                db_id: 0,
             },
         ]
     }
@@ -1191,6 +1270,7 @@ mod tests {
             block_size: 64,
             restart_interval: 1,
             filter: false,
+            db_id: 0,
         };
         let fs = MemFs::new();
         let path = Path::new("/t/000009.sst");
@@ -1238,6 +1318,7 @@ mod tests {
                 block_size: 256,
                 restart_interval: 4,
                 filter: true,
+                db_id: 0,
             },
         );
         let t = open(&fs, path, None).unwrap();
@@ -1341,6 +1422,7 @@ mod tests {
                 block_size: 100,
                 restart_interval: 2,
                 filter: true,
+                db_id: 0,
             },
         );
         let bytes = crate::io::read_all(&fs, path).unwrap();
@@ -1474,8 +1556,8 @@ mod tests {
         assert!(detail(b).contains("not a CairnDB table"));
         let mut b = bytes.clone();
         let v = b.len() - 16;
-        b[v] = 3;
-        assert!(detail(b).contains("unsupported table version 3"));
+        b[v] = 4;
+        assert!(detail(b).contains("unsupported table version 4"));
         let mut b = bytes.clone();
         let c = b.len() - 12;
         b[c] ^= 1;
@@ -1518,9 +1600,9 @@ mod tests {
             000a01616200000000000002017801 09 00630000000000000100 00000000 01000000 0016bb8692\
             00 009acd2892\
             000a02616300000000000001000022 00000000 01000000 006d9a1d1e\
-            02 02 01 00 0a61620000000000000201 0a61630000000000000100 000ca7c862\
+            03 02 01 00 0a61620000000000000201 0a61630000000000000100 00 00 003c6a49e7\
             2d00000000000000 1700000000000000 2700000000000000 0100000000000000\
-            4900000000000000 1a00000000000000 02000000 cac8fe06 434149524e544231";
+            4900000000000000 1c00000000000000 03000000 0814ce62 434149524e544231";
         let golden: Vec<u8> = golden
             .chars()
             .filter(char::is_ascii_hexdigit)

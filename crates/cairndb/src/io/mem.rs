@@ -273,6 +273,9 @@ struct Shared {
     hook: Mutex<Option<Hook>>,
     /// `MemFs::set_background_syncs`.
     background_syncs: AtomicBool,
+    /// Database identities drawn (`Fs::new_db_id`), from the seed: kept
+    /// apart from `State::rng` so drawing one changes no other choice.
+    ids: AtomicU64,
 }
 
 /// An in-memory [`Fs`]. Cloning gives another handle to the same files.
@@ -331,6 +334,7 @@ impl MemFs {
                 ops: AtomicU64::new(0),
                 hook: Mutex::new(None),
                 background_syncs: AtomicBool::new(false),
+                ids: AtomicU64::new(seed),
             }),
         }
     }
@@ -799,6 +803,13 @@ impl Drop for MemLock {
 }
 
 impl Fs for MemFs {
+    fn new_db_id(&self) -> u64 {
+        // The n-th identity drawn on a file system of seed s: distinct for
+        // distinct n, the same in every run.
+        let mut state = self.shared.ids.fetch_add(1, Ordering::SeqCst) ^ 0x5851_f42d_4c95_7f2d;
+        next_random(&mut state).max(1)
+    }
+
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         MemFs::fail(self.begin(OpKind::CreateDir, dir))?;
         self.shared.state.lock().dirs.insert(dir.to_path_buf());

@@ -170,6 +170,18 @@ pub trait DirLock: Send + Sync {}
 
 /// A file system as the engine sees it.
 pub trait Fs: Send + Sync + 'static {
+    /// A fresh database identity for a database created on this file
+    /// system (never 0; `Db::id`). Random by default: it only has to
+    /// differ between databases. The simulated file system draws it from
+    /// its seed, so a simulated run replays byte for byte.
+    fn new_db_id(&self) -> u64 {
+        use std::hash::BuildHasher;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let id = std::collections::hash_map::RandomState::new().hash_one((now, std::process::id()));
+        id.max(1)
+    }
     /// Creates `dir` and its parents if missing.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Creates `path`, truncating any existing file, for appending.

@@ -32,6 +32,9 @@ pub struct TableCache {
     dir: PathBuf,
     open: quick_cache::sync::Cache<u64, Arc<Table>>,
     blocks: Option<Arc<BlockCache>>,
+    /// The database's identity (`Inner::db_id`), which tables of version 3
+    /// must name; set by open once the manifest is read.
+    db_id: std::sync::atomic::AtomicU64,
 }
 
 impl TableCache {
@@ -46,7 +49,12 @@ impl TableCache {
             dir,
             open: quick_cache::sync::Cache::new(capacity.max(1)),
             blocks,
+            db_id: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    pub fn set_db_id(&self, id: u64) {
+        self.db_id.store(id, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn get(&self, file: &TableFile) -> Result<Arc<Table>> {
@@ -57,7 +65,14 @@ impl TableCache {
                 .open(&path)
                 .map_err(|e| Error::io(format!("opening table {}", path.display()), e))?;
             let table = Table::open(handle, path, file.number, self.blocks.clone())?;
-            table.check_record(file.size, file.entries, &file.smallest, &file.largest)?;
+            let db_id = self.db_id.load(std::sync::atomic::Ordering::Relaxed);
+            table.check_record(
+                db_id,
+                file.size,
+                file.entries,
+                &file.smallest,
+                &file.largest,
+            )?;
             Ok(Arc::new(table))
         })
     }

@@ -29,7 +29,8 @@ use crate::error::{Error, Result};
 use crate::format::batch as batch_codec;
 use crate::format::log::{self, Framing, RecordKind, Tail};
 use crate::format::manifest::{
-    Edit, MANIFEST_FORMAT, MANIFEST_FORMAT_MIN, MANIFEST_FORMAT_NUMBERED_JOURNALS,
+    Edit, MANIFEST_FORMAT, MANIFEST_FORMAT_IDENTIFIED, MANIFEST_FORMAT_MIN,
+    MANIFEST_FORMAT_NUMBERED_JOURNALS,
 };
 use crate::format::stage as stage_format;
 use crate::format::table::TableOptions;
@@ -38,7 +39,7 @@ use crate::limits::SEQNO_MAX;
 use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::read::TableCache;
-use crate::version::apply::write_manifest;
+use crate::version::apply::{ManifestStart, write_manifest};
 use crate::version::files::{self, FileKind};
 use crate::version::segments::SegmentFile;
 use crate::version::{Reaper, Version};
@@ -62,6 +63,10 @@ struct Recovered {
     /// Format of the manifest file read (`MANIFEST_FORMAT` for a new
     /// database): decides the framing of the journals replayed.
     format: u64,
+    /// The identity the manifest names (format 4), `None` before.
+    db_id: Option<u64>,
+    /// Set if the manifest's last edit is a clean close (tag 10).
+    clean_close: Option<(u64, u64)>,
 }
 
 impl Recovered {
@@ -70,7 +75,7 @@ impl Recovered {
     /// a build that numbers its records.
     fn framing(&self, number: u64) -> Framing {
         if self.format >= MANIFEST_FORMAT_NUMBERED_JOURNALS {
-            Framing::Numbered(number)
+            Framing::Numbered(log::journal_seed(number, self.db_id.unwrap_or(0)))
         } else {
             Framing::Plain
         }
@@ -127,6 +132,8 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         block_size: opts.block_bytes,
         restart_interval: opts.block_restart_interval,
         filter: opts.filter,
+        // Set once the manifest is read.
+        db_id: 0,
     };
 
     let current = files::current(&dir);
@@ -177,8 +184,16 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             next_file: 1,
             last_seqno: 0,
             format: MANIFEST_FORMAT,
+            db_id: None,
+            clean_close: None,
         }
     };
+    // A database read from a manifest before format 4 gets its identity
+    // now; the manifest this open writes records it.
+    let db_id = rec.db_id.unwrap_or_else(|| fs.new_db_id());
+    let mut table_opts = table_opts;
+    table_opts.db_id = db_id;
+    tables.set_db_id(db_id);
     let max_seen = kinds
         .iter()
         .filter_map(|k| match k {
@@ -233,13 +248,29 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let mut mem = Memtable::new(0);
     let mut added = Edit::default();
     for (i, &n) in journals.iter().enumerate() {
-        let may_be_torn = !holds_writes[i + 1..].contains(&true);
+        // After a clean close nothing was in flight: every journal up to
+        // the one it closed is whole, that one exactly as long as the
+        // close found it, and none after it holds a write. Damage
+        // anywhere is then reported, never cut as a torn tail.
+        let end = match rec.clean_close {
+            None => End::MayBeTorn(!holds_writes[i + 1..].contains(&true)),
+            Some((closed, len)) if n == closed => End::Closed(len),
+            Some((closed, _)) if n < closed => End::MayBeTorn(false),
+            Some(_) if holds_writes[i] => {
+                return Err(Error::corruption(
+                    files::journal(&dir, n),
+                    0,
+                    "journal after the one a clean close ended holds writes",
+                ));
+            }
+            Some(_) => continue,
+        };
         replay_journal(
             &*fs,
             &dir,
             n,
             rec.framing(n),
-            may_be_torn,
+            end,
             &mut rec.last_seqno,
             &mut mem,
             &mut |mem| flush_during_open(&*fs, &dir, new_number(), mem, &table_opts, &mut added),
@@ -286,9 +317,12 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         &dir,
         manifest_number,
         &rec.version,
-        journal_number,
-        next_file.load(std::sync::atomic::Ordering::SeqCst),
-        rec.last_seqno,
+        &ManifestStart {
+            db_id,
+            journal_floor: journal_number,
+            next_file: next_file.load(std::sync::atomic::Ordering::SeqCst),
+            last_seqno: rec.last_seqno,
+        },
     )?;
     written.keep();
 
@@ -312,6 +346,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     }
 
     Ok(Inner {
+        db_id,
         dir: dir.clone(),
         fs: fs.clone(),
         table_opts,
@@ -365,6 +400,16 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         to_warm: parking_lot::Mutex::new(Vec::new()),
         opts,
     })
+}
+
+/// How a replayed journal may end (see the replay loop in `open`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Without a clean close: true if no later journal holds a write, so
+    /// a torn tail is the ordinary end of an interrupted append.
+    MayBeTorn(bool),
+    /// The journal a clean close ended, with the length it recorded.
+    Closed(u64),
 }
 
 /// The files an open writes before its new manifest is current: tables
@@ -518,6 +563,8 @@ fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recove
         next_file: 1,
         last_seqno: 0,
         format: 0,
+        db_id: None,
+        clean_close: None,
     };
     for (i, (offset, kind, payload)) in scan.records.iter().enumerate() {
         let bad = |d: String| Error::corruption(&path, *offset, d);
@@ -534,7 +581,17 @@ fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recove
                     )));
                 }
             }
+            if rec.format >= MANIFEST_FORMAT_IDENTIFIED {
+                rec.db_id = Some(edit.db_id.ok_or_else(|| {
+                    bad("manifest of format 4 or later names no database identity".into())
+                })?);
+            }
+        } else if edit.db_id.is_some() {
+            return Err(bad("database identity in an edit after the first".into()));
         }
+        // A clean close is the last edit its handle writes: it holds only
+        // if nothing follows it.
+        rec.clean_close = edit.clean_close;
         let (v, _) = rec.version.apply(&edit, reaper).map_err(bad)?;
         rec.version = v;
         if let Some(j) = edit.journal {
@@ -624,7 +681,7 @@ fn replay_journal(
     dir: &Path,
     number: u64,
     framing: Framing,
-    may_be_torn: bool,
+    end: End,
     last_seqno: &mut u64,
     mem: &mut Memtable,
     flush: &mut dyn FnMut(&mut Memtable) -> Result<()>,
@@ -641,10 +698,24 @@ fn replay_journal(
         log::scan_framed(d, framing, |_, _, _| true).tail == Tail::Clean
     })
     .map_err(|e| Error::io(format!("reading journal {}", path.display()), e))?;
-    let data = if may_be_torn {
-        with_staged_tail(fs, dir, number, framing, data, *last_seqno)?
-    } else {
-        data
+    let may_be_torn = end == End::MayBeTorn(true);
+    let data = match end {
+        End::MayBeTorn(true) => with_staged_tail(fs, dir, number, framing, data, *last_seqno)?,
+        End::MayBeTorn(false) => data,
+        End::Closed(len) => {
+            let mut data = data;
+            if (data.len() as u64) < len {
+                return Err(Error::corruption(
+                    &path,
+                    data.len() as u64,
+                    format!("a clean close left this journal {len} bytes long; it holds fewer"),
+                ));
+            }
+            // Past `len` only zeros a pre-write or a page-padded tail
+            // write left.
+            data.truncate(len as usize);
+            data
+        }
     };
     // Damage is a torn tail unless an intact record after it continues
     // this journal (a batch with a higher seqno than everything before the
@@ -662,7 +733,11 @@ fn replay_journal(
             return Err(Error::corruption(
                 &path,
                 offset,
-                "bad record in a journal followed by a later journal holding writes",
+                if matches!(end, End::Closed(_)) {
+                    "damaged journal record before the end a clean close recorded"
+                } else {
+                    "bad record in a journal followed by a later journal holding writes"
+                },
             ));
         }
         Tail::Damaged { offset } => {
@@ -943,13 +1018,26 @@ mod tests {
     fn out_of_range_batch_seqnos_are_corruption() {
         let cases: [(u64, u32); 3] = [(0, 0), (0, 1), (u64::MAX - 1, 3)];
         for (first, ops) in cases {
-            let fs = MemFs::new();
+            // A crash (no clean close, which would vouch for the last
+            // journal's end) after creation; the records are framed for
+            // this database.
+            let live = MemFs::new();
             let dir = Path::new("/db");
+            let db = Db::open(
+                dir,
+                Options {
+                    fs: Arc::new(live.clone()),
+                    ..Options::default()
+                },
+            )
+            .expect("create");
+            let seed = crate::format::log::journal_seed(999, db.inner().db_id);
+            let fs = live.crash_image(crate::io::Crash::Clean, 0);
+            drop(db);
             let opts = Options {
                 fs: Arc::new(fs.clone()),
                 ..Options::default()
             };
-            drop(Db::open(dir, opts.clone()).expect("create"));
             let mut rep = codec::new_payload();
             for i in 0..ops {
                 codec::push_op(&mut rep, Kind::Put, &i.to_be_bytes(), b"v");
@@ -957,7 +1045,7 @@ mod tests {
             codec::set_count(&mut rep, ops);
             codec::set_seqno(&mut rep, first);
             let mut rec = Vec::new();
-            codec::encode_journal_record(&mut rec, 999, 0, &rep);
+            codec::encode_journal_record(&mut rec, seed, 0, &rep);
             let mut f = fs.create(&files::journal(dir, 999)).expect("journal");
             f.append(&rec).expect("append");
             f.sync().expect("sync");

@@ -10,6 +10,15 @@ use crate::version::{Version, files};
 use std::path::Path;
 use std::sync::Arc;
 
+/// The fields a fresh manifest's first edit carries besides the version.
+pub(crate) struct ManifestStart {
+    /// The database's identity (never 0).
+    pub db_id: u64,
+    pub journal_floor: u64,
+    pub next_file: u64,
+    pub last_seqno: u64,
+}
+
 /// Creates manifest `number` holding one edit that describes `version`
 /// whole, syncs it, and points CURRENT at it (durably). Returns the open
 /// manifest writer.
@@ -18,15 +27,15 @@ pub(crate) fn write_manifest(
     dir: &Path,
     number: u64,
     version: &Version,
-    journal_floor: u64,
-    next_file: u64,
-    last_seqno: u64,
+    start: &ManifestStart,
 ) -> Result<Manifest> {
+    assert_ne!(start.db_id, 0, "a database identity is never 0");
     let mut edit = version.snapshot_edit();
     edit.format = Some(MANIFEST_FORMAT);
-    edit.journal = Some(journal_floor);
-    edit.next_file = Some(next_file);
-    edit.last_seqno = Some(last_seqno);
+    edit.db_id = Some(start.db_id);
+    edit.journal = Some(start.journal_floor);
+    edit.next_file = Some(start.next_file);
+    edit.last_seqno = Some(start.last_seqno);
     let mut rec = Vec::new();
     encode_record(&mut rec, RecordKind::Edit, &edit.encode());
     let name = files::manifest_name(number);
@@ -44,8 +53,8 @@ pub(crate) fn write_manifest(
     Ok(Manifest {
         file,
         number,
-        journal_floor,
-        last_seqno,
+        journal_floor: start.journal_floor,
+        last_seqno: start.last_seqno,
         poisoned: false,
     })
 }
@@ -111,9 +120,12 @@ impl Inner {
             &self.dir,
             number,
             &version,
-            m.journal_floor,
-            next_file,
-            m.last_seqno,
+            &ManifestStart {
+                db_id: self.db_id,
+                journal_floor: m.journal_floor,
+                next_file,
+                last_seqno: m.last_seqno,
+            },
         )
         .inspect_err(|e| self.set_bg_error(Error::Poisoned(format!("manifest rewrite: {e}"))))?;
         let old = std::mem::replace(m, fresh);

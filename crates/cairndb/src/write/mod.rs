@@ -24,6 +24,7 @@ use crate::db::Inner;
 use crate::error::{Error, Result};
 use crate::format::batch as codec;
 use crate::format::key::Kind;
+use crate::format::log::journal_seed;
 use crate::format::vptr::ValuePtr;
 use crate::limits::{GROUP_BYTES_MAX, SEQNO_MAX};
 use crate::memtable::{MemWriter, Memtable};
@@ -299,7 +300,7 @@ impl Inner {
             if self.opts.sabotage.split_batches {
                 next = codec::encode_split(
                     &mut buf,
-                    journal.number,
+                    journal_seed(journal.number, self.db_id),
                     journal.synced_seqno,
                     &p.rep,
                     next,
@@ -310,7 +311,7 @@ impl Inner {
             let at = buf.len() + codec::JOURNAL_BATCH_AT;
             codec::encode_journal_record_at(
                 &mut buf,
-                journal.number,
+                journal_seed(journal.number, self.db_id),
                 journal.synced_seqno,
                 next,
                 &p.rep,
