@@ -136,6 +136,24 @@ pub fn encode_journal_record_at(out: &mut Vec<u8>, number: u64, mark: u64, seqno
     encode_record_parts(out, RecordKind::NumberedBatch, number, &head, rest);
 }
 
+/// The first [`JOURNAL_BATCH_AT`] + 8 bytes of the record that
+/// [`encode_journal_record_at`] would append for batch `rep` (at least a
+/// seqno long): header, mark and seqno, checksums covering the whole
+/// record. The caller appends `rep[8..]` after them.
+pub fn encode_journal_record_head_at(
+    out: &mut Vec<u8>,
+    seed: u64,
+    mark: u64,
+    seqno: u64,
+    rep: &[u8],
+) {
+    assert!(rep.len() >= 8, "a batch starts with its seqno");
+    let mut head = [0u8; MARK_LEN + 8];
+    head[..MARK_LEN].copy_from_slice(&mark.to_le_bytes());
+    head[MARK_LEN..].copy_from_slice(&seqno.to_le_bytes());
+    super::log::encode_record_head(out, RecordKind::NumberedBatch, seed, &head, &rep[8..]);
+}
+
 /// The durability mark and batch payload of a journal record, or `None`
 /// if it is not a batch record. Kind-1 records (journal format 1) carry no
 /// mark; they read as mark 0, which vouches for nothing.

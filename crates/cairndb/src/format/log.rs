@@ -102,6 +102,20 @@ pub fn encode_record_parts(
     head: &[u8],
     body: &[u8],
 ) {
+    encode_record_head(out, kind, number, head, body);
+    out.extend_from_slice(body);
+}
+
+/// [`encode_record_parts`] without the body: appends the record header and
+/// `head`, with checksums covering `head` and `body`; the caller writes
+/// `body` right after them. For payloads too large to copy once more.
+pub fn encode_record_head(
+    out: &mut Vec<u8>,
+    kind: RecordKind,
+    number: u64,
+    head: &[u8],
+    body: &[u8],
+) {
     let total = head.len() + body.len();
     let len = u32::try_from(total).unwrap_or(u32::MAX);
     debug_assert_eq!(len as usize, total, "record payload over 4 GiB");
@@ -113,7 +127,6 @@ pub fn encode_record_parts(
     header[0..4].copy_from_slice(&hcrc.to_le_bytes());
     out.extend_from_slice(&header);
     out.extend_from_slice(head);
-    out.extend_from_slice(body);
 }
 
 /// How a log file ended.

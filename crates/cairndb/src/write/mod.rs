@@ -150,13 +150,31 @@ pub(crate) fn insert_batch(
 /// caller's copy) with its first seqno.
 struct Inserts {
     mem: Arc<Memtable>,
-    /// The group's journal records, as appended.
+    /// The group's journal records, as appended, but for the bodies of
+    /// large batches (`Placed::Own`), appended from their own buffers
+    /// where `owns` says.
     buf: Vec<u8>,
-    /// Journal offset of `buf`'s first byte.
-    base: u64,
+    /// (length of `buf` before it, index in `items`) of each batch whose
+    /// body is appended from its own buffer, in order.
+    owns: Vec<(usize, usize)>,
+    /// Bytes of the group's records in all (`buf` and the bodies).
+    bytes: u64,
     separate: Separate,
-    /// (member, where its batch lies in `buf`, its first seqno).
-    items: Vec<(Arc<Pending>, Option<std::ops::Range<usize>>, u64)>,
+    /// (member, where its batch lies, its first seqno).
+    items: Vec<(Arc<Pending>, Option<Placed>, u64)>,
+}
+
+/// Batches longer than this are appended to the journal from the
+/// writer's own buffer instead of being copied into the group's: a large
+/// value is then held once in memory (the batch), not twice.
+const GROUP_COPY_MAX: usize = 1 << 20;
+
+/// Where a member's batch lies: in the group buffer, or (a large batch) in
+/// its own `rep`; with the journal offset of its first byte.
+#[derive(Clone)]
+enum Placed {
+    Buf(std::ops::Range<usize>, u64),
+    Own(u64),
 }
 
 impl Inserts {
@@ -168,16 +186,32 @@ impl Inserts {
     fn run(&self, mut recent: Option<&mut RecentWrites>) -> std::result::Result<(), String> {
         let mut mem = self.mem.writer();
         for (p, at, first) in &self.items {
-            // The batch as written (its seqno set), or for the split
-            // sabotage the caller's copy, with values kept inline.
+            // The batch as written (its seqno set), or the caller's copy
+            // (a large batch, whose seqno bytes are not set: the seqno
+            // comes from `first`), or for the split sabotage the caller's
+            // copy with values kept inline.
             let (rep, place) = match at {
-                Some(r) => (
-                    &self.buf[r.clone()],
-                    Some((self.base + r.start as u64, &self.separate)),
-                ),
+                Some(Placed::Buf(r, at)) => (&self.buf[r.clone()], Some((*at, &self.separate))),
+                Some(Placed::Own(at)) => (&p.rep[..], Some((*at, &self.separate))),
                 None => (&p.rep[..], None),
             };
             insert_batch(&mut mem, rep, *first, place, recent.as_deref_mut())?;
+        }
+        Ok(())
+    }
+
+    /// Appends the group's records to `file`: `buf` with the large
+    /// batches' bodies in their places.
+    fn append_to(&self, file: &mut dyn crate::io::FileWrite) -> std::io::Result<()> {
+        let mut from = 0;
+        for &(upto, i) in &self.owns {
+            file.append(&self.buf[from..upto])?;
+            let (p, _, _) = &self.items[i];
+            file.append(&p.rep[8..])?;
+            from = upto;
+        }
+        if from < self.buf.len() {
+            file.append(&self.buf[from..])?;
         }
         Ok(())
     }
@@ -292,11 +326,22 @@ impl Inner {
         };
         let first = self.last_seqno.load(Ordering::Acquire) + 1;
         let mut next = first;
-        let mut buf = Vec::with_capacity(group.iter().map(|p| p.rep.len() + 32).sum());
-        // Where each member's batch lies in `buf`, so the memtable can
-        // point at separated values where they land in the journal.
-        let mut placed: Vec<Option<std::ops::Range<usize>>> = Vec::new();
-        for p in live() {
+        let copied = |p: &Pending| {
+            if p.rep.len() > GROUP_COPY_MAX {
+                32
+            } else {
+                p.rep.len() + 32
+            }
+        };
+        let mut buf = Vec::with_capacity(group.iter().map(|p| copied(p)).sum());
+        // Where each member's batch lies, so the memtable can point at
+        // separated values where they land in the journal: their offsets
+        // are those in `buf` plus the large bodies appended before them.
+        let base = journal.file.as_ref().map_or(0, |f| f.len());
+        let mut placed: Vec<Option<Placed>> = Vec::new();
+        let mut owns: Vec<(usize, usize)> = Vec::new();
+        let mut own_bytes = 0u64;
+        for (i, p) in live().enumerate() {
             if self.opts.sabotage.split_batches {
                 next = codec::encode_split(
                     &mut buf,
@@ -309,14 +354,23 @@ impl Inner {
                 continue;
             }
             let at = buf.len() + codec::JOURNAL_BATCH_AT;
-            codec::encode_journal_record_at(
-                &mut buf,
-                journal_seed(journal.number, self.db_id),
-                journal.synced_seqno,
-                next,
-                &p.rep,
-            );
-            placed.push(Some(at..buf.len()));
+            let journal_at = base + at as u64 + own_bytes;
+            let seed = journal_seed(journal.number, self.db_id);
+            if p.rep.len() > GROUP_COPY_MAX {
+                codec::encode_journal_record_head_at(
+                    &mut buf,
+                    seed,
+                    journal.synced_seqno,
+                    next,
+                    &p.rep,
+                );
+                owns.push((buf.len(), i));
+                own_bytes += (p.rep.len() - 8) as u64;
+                placed.push(Some(Placed::Own(journal_at)));
+            } else {
+                codec::encode_journal_record_at(&mut buf, seed, journal.synced_seqno, next, &p.rep);
+                placed.push(Some(Placed::Buf(at..buf.len(), journal_at)));
+            }
             next += u64::from(p.count);
         }
         if next - 1 > SEQNO_MAX {
@@ -330,13 +384,18 @@ impl Inner {
         let Some(file) = journal.file.as_mut() else {
             return Err(Error::Closed);
         };
-        let base = file.len();
+        assert_eq!(
+            base,
+            file.len(),
+            "the journal moved while the group was encoded"
+        );
+        let group_bytes = buf.len() as u64 + own_bytes;
         let sync = group.iter().any(|p| p.sync) && !self.opts.sabotage.skip_journal_sync;
         // An unsynced group that takes the journal past `presync_at`
         // starts a background sync, unless one is still running (the
         // device is behind: waiting for it would stall writers).
         let presync_due = !sync
-            && base + buf.len() as u64 >= journal.presync_at
+            && base + group_bytes >= journal.presync_at
             && journal.presync.as_ref().is_none_or(|p| p.is_finished());
         // A sync must not succeed past a failure the background sync met:
         // its result is taken first.
@@ -347,10 +406,10 @@ impl Inner {
             self.poison("journal sync", &e);
             return Err(Error::io("syncing the journal", e));
         }
-        if sync && self.opts.journal_prewrite && !buf.is_empty() {
-            let need = base + buf.len() as u64;
+        if sync && self.opts.journal_prewrite && group_bytes > 0 {
+            let need = base + group_bytes;
             if need > file.size() {
-                let ahead = (buf.len() as u64 * PREWRITE_GROUPS).clamp(PREWRITE_MIN, PREWRITE_MAX);
+                let ahead = (group_bytes * PREWRITE_GROUPS).clamp(PREWRITE_MIN, PREWRITE_MAX);
                 let up_to = (need + ahead).min(self.opts.journal_bytes.max(need));
                 // Its sync covers the appends before it: a failure leaves
                 // their durability unknown, as a failed journal sync does.
@@ -380,7 +439,8 @@ impl Inner {
         let inserts = Arc::new(Inserts {
             mem: self.state.read().mem.clone(),
             buf,
-            base,
+            owns,
+            bytes: group_bytes,
             separate: Separate {
                 min: self.opts.value_separation_min,
                 segment: journal.number,
@@ -431,11 +491,11 @@ impl Inner {
             }
             Err(_) => Err("a memtable insert job panicked".into()),
         };
-        let appended = if inserts.buf.is_empty() {
-            Ok(())
-        } else {
-            file.append(&inserts.buf)
-        };
+        let appended = inserts.append_to(&mut **file);
+        debug_assert!(
+            appended.is_err() || file.len() == base + inserts.bytes,
+            "the group's records fill the journal from its old end to its new"
+        );
         if let Err(e) = appended {
             if let Some(rx) = worker {
                 let _ = join(journal, rx);
@@ -446,7 +506,7 @@ impl Inner {
         }
         self.counters
             .journal_bytes
-            .fetch_add(inserts.buf.len() as u64, Ordering::Relaxed);
+            .fetch_add(inserts.bytes, Ordering::Relaxed);
         if !inserts.items.is_empty() {
             self.counters.groups.fetch_add(1, Ordering::Relaxed);
             self.counters
