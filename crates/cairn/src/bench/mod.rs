@@ -195,6 +195,12 @@ pub struct BenchArgs {
     /// compaction call).
     #[arg(long, value_enum, default_value_t = workloads::contest::Settle::Compact)]
     pub contest_settle: workloads::contest::Settle,
+    /// contest: also run the phases the original contest did not have —
+    /// fresh-range (a scan of freshly written values), overwrite, settle
+    /// (a full compaction or idle settling), multi-read. Off by default:
+    /// the contest runs as it was (write, process ended, read, range).
+    #[arg(long)]
+    pub contest_extras: bool,
     /// Cache budget given to every engine, in MiB.
     #[arg(long, default_value_t = 64)]
     pub cache_mib: usize,
@@ -418,6 +424,7 @@ pub fn run(mut args: BenchArgs) -> BenchResult<()> {
                         mem_cap: mem_cap_mib << 20,
                         seed: args.seed,
                         settle: args.contest_settle,
+                        extras: args.contest_extras,
                     },
                     &device,
                 ),
