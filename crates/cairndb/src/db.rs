@@ -317,36 +317,6 @@ impl Inner {
             None => Ok(end),
         }
     }
-
-    /// Records a clean close in the manifest, as its last edit: journal
-    /// `number` holds exactly `len` bytes of intact records and no later
-    /// journal holds a write. The next open then reports damage anywhere
-    /// in those journals instead of cutting it as a torn tail
-    /// (durability.md §Clean close). Called once the background threads
-    /// have stopped, so no edit follows it.
-    fn log_clean_close(&self, number: u64, len: u64) -> Result<()> {
-        let mut m = self.manifest.lock();
-        if m.poisoned {
-            return Ok(());
-        }
-        let edit = crate::format::manifest::Edit {
-            clean_close: Some((number, len)),
-            ..Default::default()
-        };
-        let mut rec = Vec::new();
-        crate::format::log::encode_record(
-            &mut rec,
-            crate::format::log::RecordKind::Edit,
-            &edit.encode(),
-        );
-        m.file
-            .append(&rec)
-            .and_then(|()| m.file.sync())
-            .map_err(|e| {
-                m.poisoned = true;
-                Error::io("recording the clean close in the manifest", e)
-            })
-    }
 }
 
 struct Handle {

@@ -11,7 +11,11 @@
 //!   `len - 1`; files over 16 KiB only at boundaries and in their last
 //!   512 bytes);
 //! - each 512-byte sector and each 4 KiB page overwritten with zeros, and
-//!   with seeded garbage.
+//!   with seeded garbage;
+//! - misplaced, intact files: two tables swapped, two value segments
+//!   (journals, values files) swapped, and each table and segment replaced
+//!   by the file of the same name of another database of the same shape
+//!   (`misplaced.rs` does the same on larger databases).
 //!
 //! Allowed outcomes per mutation:
 //! - the full, correct data;
@@ -76,9 +80,11 @@ fn opts(fs: &MemFs) -> Options {
 /// batches went through: `states[0]` is the data without them, `states[i]`
 /// with the first `i` (the last is the full data, the only one a mutation
 /// may leave readable; the others name the keys to check).
-fn canonical(rng: &mut StdRng) -> (Image, Vec<Model>) {
+fn canonical(rng: &mut StdRng, machine: u64) -> (Image, Vec<Model>) {
     let dir = Path::new(DIR);
-    let fs = MemFs::new();
+    // The simulated machine's seed: databases built on two machines get
+    // different identities (the simulator draws them from its seed).
+    let fs = MemFs::with_seed(machine);
     let db = Db::open(dir, opts(&fs)).expect("open");
     let mut model = Model::new();
     let put = |db: &Db, model: &mut Model, k: String, v: Vec<u8>| {
@@ -320,6 +326,12 @@ enum Kind {
     GarbageSector,
     ZeroPage,
     GarbagePage,
+    /// The file and another of its kind (tables; journals and values
+    /// files) trade places: each intact, under the other's name.
+    Swap,
+    /// The file replaced by the file of the same name of another database
+    /// of the same shape: intact, but not this database's.
+    Foreign,
 }
 
 /// One damage to one file: `offset` is the byte (flip), the new length
@@ -330,6 +342,10 @@ struct Mutation {
     kind: Kind,
     offset: usize,
     arg: u64,
+    /// `Swap`: the other file's name; `Foreign`: unused.
+    other: String,
+    /// `Foreign`: the other database's file.
+    foreign: Option<std::sync::Arc<Vec<u8>>>,
 }
 
 impl Mutation {
@@ -341,6 +357,8 @@ impl Mutation {
             Kind::GarbageSector | Kind::GarbagePage => {
                 format!("garbage (seed {}) at {}", self.arg, self.offset)
             }
+            Kind::Swap => format!("swapped with {}", self.other),
+            Kind::Foreign => "replaced by another database's".to_string(),
         };
         format!(
             "mutation #{index} ({:?}) of {}: {what} [CAIRNDB_SWEEP_SEED={seed} CAIRNDB_SWEEP_ONLY={index}]",
@@ -349,6 +367,20 @@ impl Mutation {
     }
 
     fn apply(&self, image: &mut Image) {
+        match self.kind {
+            Kind::Swap => {
+                let mine = image[&self.file].clone();
+                let theirs = image.insert(self.other.clone(), mine).expect("other file");
+                image.insert(self.file.clone(), theirs);
+                return;
+            }
+            Kind::Foreign => {
+                let bytes = self.foreign.as_deref().expect("foreign bytes").clone();
+                image.insert(self.file.clone(), bytes);
+                return;
+            }
+            _ => {}
+        }
         let bytes = image
             .get_mut(&self.file)
             .expect("mutated file is in the image");
@@ -363,6 +395,7 @@ impl Mutation {
             }
             Kind::ZeroSector | Kind::GarbageSector => SECTOR,
             Kind::ZeroPage | Kind::GarbagePage => PAGE,
+            Kind::Swap | Kind::Foreign => unreachable!("applied above"),
         };
         let end = (self.offset + span).min(bytes.len());
         let region = &mut bytes[self.offset..end];
@@ -376,9 +409,47 @@ impl Mutation {
 }
 
 /// Every mutation of every file, in a fixed order for a given seed (and
-/// `full`: every bit of every byte of every file).
-fn plan(image: &Image, rng: &mut StdRng, full: bool) -> Vec<Mutation> {
+/// `full`: every bit of every byte of every file); then every swap of two
+/// files of a kind, and every file replaced by `foreign`'s of its name.
+fn plan(image: &Image, foreign: &Image, rng: &mut StdRng, full: bool) -> Vec<Mutation> {
     let mut plan = Vec::new();
+    let kind_of = |name: &str| {
+        if name.ends_with(".table") {
+            Some("table")
+        } else if name.ends_with(".journal") || name.ends_with(".values") {
+            Some("segment")
+        } else {
+            None
+        }
+    };
+    let names: Vec<&String> = image.keys().collect();
+    for (i, a) in names.iter().enumerate() {
+        for b in &names[i + 1..] {
+            if kind_of(a).is_some() && kind_of(a) == kind_of(b) {
+                plan.push(Mutation {
+                    file: (*a).clone(),
+                    kind: Kind::Swap,
+                    offset: 0,
+                    arg: 0,
+                    other: (*b).clone(),
+                    foreign: None,
+                });
+            }
+        }
+        if let Some(theirs) = foreign.get(*a)
+            && kind_of(a).is_some()
+            && theirs != &image[*a]
+        {
+            plan.push(Mutation {
+                file: (*a).clone(),
+                kind: Kind::Foreign,
+                offset: 0,
+                arg: 0,
+                other: String::new(),
+                foreign: Some(std::sync::Arc::new(theirs.clone())),
+            });
+        }
+    }
     for (name, bytes) in image {
         let len = bytes.len();
         let mut push = |kind, offset, arg| {
@@ -387,6 +458,8 @@ fn plan(image: &Image, rng: &mut StdRng, full: bool) -> Vec<Mutation> {
                 kind,
                 offset,
                 arg,
+                other: String::new(),
+                foreign: None,
             })
         };
         for off in 0..len {
@@ -559,12 +632,15 @@ fn damaged_files_never_panic_hang_overallocate_or_return_wrong_data() {
         .and_then(|s| s.parse().ok());
     println!("corruption sweep seed {seed} (CAIRNDB_SWEEP_SEED)");
     let mut rng = StdRng::seed_from_u64(seed);
-    let (image, states) = canonical(&mut rng);
+    let (image, states) = canonical(&mut rng, 0);
+    // A database of the same shape on another machine, its values drawn
+    // anew: the source of `Foreign` files.
+    let (foreign, _) = canonical(&mut StdRng::seed_from_u64(seed ^ 0xf0e1), 1);
     for (name, bytes) in &image {
         println!("  {name}: {} bytes", bytes.len());
     }
     let full = std::env::var("CAIRNDB_SWEEP_FULL").is_ok_and(|v| v == "1");
-    let plan = plan(&image, &mut rng, full);
+    let plan = plan(&image, &foreign, &mut rng, full);
     let watchdog = start_watchdog();
 
     // Panics are counted (on every thread), not printed once per mutation.

@@ -168,6 +168,27 @@ fn nothing_lost(after: &Image, originals: &Image, model: &Model, what: &str) {
     );
 }
 
+/// `image` must read as `Corruption`, and once the files of `originals`
+/// are put back (after whatever the attempt wrote), lose nothing.
+fn refused(image: &Image, originals: &Image, model: &Model, what: &str) {
+    let (outcome, after) = check(image, model, what);
+    assert!(
+        matches!(outcome, Outcome::Corruption(_)),
+        "{what}: read as {outcome:?}"
+    );
+    println!("{what}: {outcome:?}");
+    nothing_lost(&after, originals, model, what);
+}
+
+/// `a` with files `x` and `y` swapped is refused.
+fn swapped_is_corruption(a: &Image, x: &str, y: &str, model: &Model) {
+    let mut image = a.clone();
+    image.insert(x.to_owned(), a[y].clone());
+    image.insert(y.to_owned(), a[x].clone());
+    let originals: Image = [(x.to_owned(), a[x].clone()), (y.to_owned(), a[y].clone())].into();
+    refused(&image, &originals, model, &format!("{x} and {y} swapped"));
+}
+
 fn tables(image: &Image) -> Vec<String> {
     image
         .keys()
@@ -187,15 +208,13 @@ fn a_table_from_another_database_is_corruption() {
     for name in &ta {
         let mut image = a.clone();
         image.insert(name.clone(), b[name].clone());
-        let what = format!("{name} from another database");
-        let (outcome, after) = check(&image, &model, &what);
-        assert!(
-            matches!(outcome, Outcome::Corruption(_)),
-            "{what}: read as {outcome:?}"
-        );
-        println!("{what}: {outcome:?}");
         let originals: Image = [(name.clone(), a[name].clone())].into();
-        nothing_lost(&after, &originals, &model, &what);
+        refused(
+            &image,
+            &originals,
+            &model,
+            &format!("{name} from another database"),
+        );
     }
 }
 
@@ -205,19 +224,7 @@ fn two_tables_swapped_are_corruption() {
     let names = tables(&a);
     assert!(names.len() >= 3);
     for (x, y) in [(0, 1), (1, 2), (0, 2)] {
-        let (nx, ny) = (&names[x], &names[y]);
-        let mut image = a.clone();
-        image.insert(nx.clone(), a[ny].clone());
-        image.insert(ny.clone(), a[nx].clone());
-        let what = format!("{nx} and {ny} swapped");
-        let (outcome, after) = check(&image, &model, &what);
-        assert!(
-            matches!(outcome, Outcome::Corruption(_)),
-            "{what}: read as {outcome:?}"
-        );
-        println!("{what}: {outcome:?}");
-        let originals: Image = [(nx.clone(), a[nx].clone()), (ny.clone(), a[ny].clone())].into();
-        nothing_lost(&after, &originals, &model, &what);
+        swapped_is_corruption(&a, &names[x], &names[y], &model);
     }
 }
 
@@ -229,19 +236,7 @@ fn swapped_value_files_are_corruption() {
     segments.extend(files_with(&fs, Path::new(DIR), ".journal"));
     let live: Vec<String> = segments.into_iter().filter(|n| !a[n].is_empty()).collect();
     assert!(live.len() >= 2, "value segments: {live:?}");
-    let (nx, ny) = (&live[0], &live[1]);
-    let mut image = a.clone();
-    image.insert(nx.clone(), a[ny].clone());
-    image.insert(ny.clone(), a[nx].clone());
-    let what = format!("{nx} and {ny} swapped");
-    let (outcome, after) = check(&image, &model, &what);
-    assert!(
-        matches!(outcome, Outcome::Corruption(_)),
-        "{what}: read as {outcome:?}"
-    );
-    println!("{what}: {outcome:?}");
-    let originals: Image = [(nx.clone(), a[nx].clone()), (ny.clone(), a[ny].clone())].into();
-    nothing_lost(&after, &originals, &model, &what);
+    swapped_is_corruption(&a, &live[0], &live[1], &model);
 }
 
 /// A database whose newest journal holds `n` unflushed puts, closed
@@ -270,11 +265,11 @@ fn a_journal_from_another_database_is_corruption() {
     assert_eq!(a[&newest].len(), b[&newest].len(), "same shape");
     let mut image = a.clone();
     image.insert(newest.clone(), b[&newest].clone());
-    let what = format!("{newest} from another database");
-    let (outcome, _) = check(&image, &model, &what);
-    assert!(
-        matches!(outcome, Outcome::Corruption(_)),
-        "{what}: read as {outcome:?}"
+    let originals: Image = [(newest.clone(), a[&newest].clone())].into();
+    refused(
+        &image,
+        &originals,
+        &model,
+        &format!("{newest} from another database"),
     );
-    println!("{what}: {outcome:?}");
 }

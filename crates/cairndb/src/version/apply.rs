@@ -59,7 +59,40 @@ pub(crate) fn write_manifest(
     })
 }
 
+impl Manifest {
+    /// Appends `edit` as one record and syncs it. A failure leaves the
+    /// manifest's tail unknown: it is marked poisoned, and no edit may
+    /// follow.
+    fn append(&mut self, edit: &Edit) -> std::io::Result<()> {
+        let mut rec = Vec::new();
+        encode_record(&mut rec, RecordKind::Edit, &edit.encode());
+        self.file
+            .append(&rec)
+            .and_then(|()| self.file.sync())
+            .inspect_err(|_| self.poisoned = true)
+    }
+}
+
 impl Inner {
+    /// Records a clean close in the manifest, as its last edit: journal
+    /// `number` holds exactly `len` bytes of intact records and no later
+    /// journal holds a write. The next open then reports damage anywhere
+    /// in those journals instead of cutting it as a torn tail
+    /// (durability.md §Clean close). Called once the background threads
+    /// have stopped, so no edit follows it.
+    pub fn log_clean_close(&self, number: u64, len: u64) -> Result<()> {
+        let mut m = self.manifest.lock();
+        if m.poisoned {
+            return Ok(());
+        }
+        let edit = Edit {
+            clean_close: Some((number, len)),
+            ..Edit::default()
+        };
+        m.append(&edit)
+            .map_err(|e| Error::io("recording the clean close in the manifest", e))
+    }
+
     /// Logs `edit` to the manifest (synced), then installs the new version
     /// and runs `install` on the state under the same write lock. Tables
     /// the edit removes are marked obsolete and deleted when unreferenced.
@@ -75,10 +108,7 @@ impl Inner {
             .apply(&edit, &self.reaper)
             .map_err(|d| Error::Poisoned(format!("internal: bad version edit: {d}")))?;
         debug_assert_eq!(version.check(), Ok(()));
-        let mut rec = Vec::new();
-        encode_record(&mut rec, RecordKind::Edit, &edit.encode());
-        if let Err(e) = m.file.append(&rec).and_then(|()| m.file.sync()) {
-            m.poisoned = true;
+        if let Err(e) = m.append(&edit) {
             self.poison("manifest write", &e);
             return Err(Error::io("writing the manifest", e));
         }
