@@ -371,3 +371,50 @@ fn borrowed_scans_lend_values_out_of_shared_chunks() {
     }
     assert!(owned == lent, "next and next_ref yield the same entries");
 }
+
+/// Values still in journals, in write order, scanned by two long scans at
+/// once: their scattered reads go through the page cache, where one
+/// scan's read serves the other, instead of each reading every value
+/// directly. Alone, a scan keeps the policy it was given (direct reads of
+/// what the page cache lacks). On real files: the simulated file system
+/// has no page cache to tell apart.
+#[test]
+fn long_scans_together_share_scattered_reads_through_the_page_cache() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        value_reads: cairndb::ValueReads::CachedElseDirect,
+        background_compaction: false,
+        settle_after_idle: None,
+        warm_written_values: false,
+        memtable_bytes: 1 << 20,
+        ..Options::default()
+    };
+    let n = N;
+    let db = Db::open(tmp.path(), opts.clone()).expect("open");
+    // Far from key order: the values stay where they were written.
+    for i in (0..n).map(|i| (i * 2749) % n) {
+        db.put(key(i), value(i)).expect("put");
+    }
+    db.flush().expect("flush");
+    db.close().expect("close");
+
+    let db = Db::open(tmp.path(), opts).expect("reopen");
+    scan_all(&db);
+    let alone = db.stats();
+    assert_eq!(
+        alone.value_reads_buffered, 0,
+        "a lone scan read through the page cache"
+    );
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| scan_all(&db));
+        }
+    });
+    let together = db.stats();
+    let buffered = together.value_reads_buffered - alone.value_reads_buffered;
+    assert!(
+        buffered > 0,
+        "two long scans read no value through the page cache ({} direct)",
+        together.value_reads_direct - alone.value_reads_direct
+    );
+}

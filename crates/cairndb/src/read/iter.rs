@@ -420,6 +420,12 @@ impl Iter {
         }
         let window = ahead.window;
         ahead.window = (window * 2).min(WINDOW_MAX);
+        if window == WINDOW_MAX {
+            // Past its first 255 entries: a long scan, whose scattered
+            // value reads ride on the page cache beside other long scans
+            // (`ReadView::load_start`).
+            self.view.share.mark_long(&self.scan);
+        }
         let mut raw: Vec<Raw> = Vec::new();
         let mut bytes = 0usize;
         let mut failed = None;

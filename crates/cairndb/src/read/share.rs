@@ -27,7 +27,7 @@ use crate::version::segments::SegmentFile;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bytes per chunk: a multiple of the direct-IO alignment, and at least
@@ -300,6 +300,16 @@ pub struct Scan {
     /// Set when it left: reads of its windows still in flight then no
     /// longer put it back among the scanners.
     left: Arc<AtomicBool>,
+    /// Set once it is a long scan (`ChunkShare::mark_long`), counted in
+    /// `ChunkShare::long_scans` until it leaves.
+    long: Arc<AtomicBool>,
+}
+
+impl Scan {
+    /// Whether this scan has been marked long.
+    pub fn is_long(&self) -> bool {
+        self.long.load(Ordering::Relaxed)
+    }
 }
 
 /// A scan that took no chunk for this many of the share's ticks (one per
@@ -362,6 +372,8 @@ pub struct ChunkShare {
     taken: Condvar,
     /// Last `Scan::id` handed out.
     scan_ids: AtomicU64,
+    /// Scans marked long (`mark_long`) that have not left.
+    long_scans: AtomicUsize,
     /// Times a scan waited for scans behind it (stats): to take a chunk
     /// well ahead of them (`lagging`), or before dropping a chunk they
     /// still lack.
@@ -409,11 +421,29 @@ impl ChunkShare {
             id: self.scan_ids.fetch_add(1, Ordering::Relaxed) + 1,
             joined: Arc::default(),
             left: Arc::default(),
+            long: Arc::default(),
         }
+    }
+
+    /// Counts `scan` among the long scans (its read-ahead window reached
+    /// its largest: it is reading many entries), once.
+    pub fn mark_long(&self, scan: &Scan) {
+        if !scan.long.swap(true, Ordering::Relaxed) {
+            self.long_scans.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Long scans now running.
+    pub fn long_scans(&self) -> usize {
+        self.long_scans.load(Ordering::Relaxed)
     }
 
     /// Forgets `scan` (its iterator is dropped): it protects no chunk.
     pub fn leave(&self, scan: &Scan) {
+        if scan.long.swap(false, Ordering::Relaxed) {
+            let before = self.long_scans.fetch_sub(1, Ordering::Relaxed);
+            assert!(before > 0, "a long scan left that was not counted");
+        }
         // With `note_scanner`'s stores in the other order (both SeqCst):
         // either it sees `left` and stays out, or this sees `joined` and
         // removes it (after its insert, which holds the map lock).
@@ -1268,6 +1298,7 @@ mod tests {
             id,
             joined: Arc::default(),
             left: Arc::default(),
+            long: Arc::default(),
         }
     }
 
@@ -1387,6 +1418,29 @@ mod tests {
         assert!(!ahead.claim(), "the job finds it claimed");
         // Inserted by a scan that reads it at once: others wait.
         assert!(!Cell::new(true).claim());
+    }
+
+    #[test]
+    fn long_scans_are_counted_once_until_they_leave() {
+        let share = ChunkShare::default();
+        let (a, b) = (share.scan(), share.scan());
+        assert_eq!(share.long_scans(), 0);
+        share.mark_long(&a);
+        share.mark_long(&a);
+        assert!(a.is_long() && !b.is_long());
+        assert_eq!(share.long_scans(), 1, "marked twice, counted once");
+        share.mark_long(&b.clone());
+        assert!(b.is_long(), "a clone marks the scan itself");
+        assert_eq!(share.long_scans(), 2);
+        share.leave(&a);
+        assert_eq!(share.long_scans(), 1);
+        share.leave(&a);
+        assert_eq!(share.long_scans(), 1, "leaving twice counts once");
+        share.leave(&b);
+        assert_eq!(share.long_scans(), 0);
+        // A scan that never became long leaves the count alone.
+        share.leave(&share.scan());
+        assert_eq!(share.long_scans(), 0);
     }
 
     #[test]
