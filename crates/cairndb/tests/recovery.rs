@@ -863,6 +863,16 @@ fn damage_after_a_clean_close_is_corruption_not_a_cut() {
             ),
         }
     }
+    // Gone altogether: reported, not read as an empty journal.
+    let mut img = image.clone();
+    img.remove(&journal);
+    match Db::open(dir(), mem_opts(&restore(&img, dir()), 64 << 20)) {
+        Err(e) => assert!(e.is_corruption(), "journal removed: {e}"),
+        Ok(db) => panic!(
+            "journal removed: opened with {} of 5000 keys",
+            scan(&db).expect("scan").len()
+        ),
+    }
     // Undamaged, everything is there.
     let db = Db::open(dir(), mem_opts(&restore(&image, dir()), 64 << 20)).expect("reopen");
     assert_eq!(scan(&db).expect("scan").len(), 5000);

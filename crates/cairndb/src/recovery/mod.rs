@@ -244,6 +244,17 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             rec.framing(n),
         )?);
     }
+    if let Some((closed, len)) = rec.clean_close
+        && len > 0
+        && closed >= rec.journal_floor
+        && !journals.contains(&closed)
+    {
+        return Err(Error::corruption(
+            files::journal(&dir, closed),
+            0,
+            format!("the journal a clean close left {len} bytes long is missing"),
+        ));
+    }
     let manifest_seqno = rec.last_seqno;
     let mut mem = Memtable::new(0);
     let mut added = Edit::default();
