@@ -299,11 +299,13 @@ fn sweep(kind: &str, mount: Result<Mount, String>) {
         println!("{kind}: {line}");
         usable += usize::from(soft);
     }
-    // Synced writes reserve journal space ahead (pre-writing): on these
-    // sizes most runs meet the full disk there, where it is a soft error.
+    // Synced writes reserve journal space ahead (pre-writing, which first
+    // writes out what the ring holds): on these sizes the runs that fill
+    // the disk while writing meet it there, where it is a soft error (all
+    // five of them on tmpfs and ext4 here).
     assert!(
-        usable >= 2,
-        "{kind}: the handle took writes again after only {usable} full disks"
+        usable >= 4,
+        "{kind}: the handle took writes again after only {usable} of 5 full disks"
     );
 }
 

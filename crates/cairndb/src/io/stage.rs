@@ -433,9 +433,27 @@ impl super::FileWrite for StagedWrite {
         if up_to <= self.size {
             return Ok(());
         }
+        self.shared.failed()?;
+        // Appends before it may lie only in the ring, over a hole in the
+        // file: they are written first, so the zeros go past everything
+        // appended (never under it, where the flusher writes) and no hole
+        // is left that a later tail write would need blocks for. A full
+        // device met here leaves them in the ring, to be written again:
+        // the direct writes only move `flushed` and `in_file` once done.
+        if let Err(e) = self.shared.write_all() {
+            if e.kind() != io::ErrorKind::StorageFull {
+                self.shared.fail(&e);
+            }
+            return Err(e);
+        }
+        let from = self.plain.metadata()?.len();
+        assert!(
+            from >= self.len,
+            "every appended byte is in the file once written out"
+        );
         // Through the page cache, as `PosixWrite` does; a direct write
         // over these pages later takes them out of the cache.
-        super::posix::write_zeros(&self.plain, self.size, up_to)?;
+        super::posix::write_zeros(&self.plain, from.max(self.size), up_to)?;
         self.size = up_to;
         super::sync_after_prewrite(|| self.plain.sync_data())
     }
