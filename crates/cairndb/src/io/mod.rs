@@ -57,8 +57,20 @@ pub trait FileWrite: Send {
     /// reported with that kind ([`sync_after_prewrite`]): after it the
     /// appended bytes' durability is unknown.
     fn prewrite(&mut self, up_to: u64) -> io::Result<()>;
-    /// Cuts pre-written zeros past `len()` off and makes the new size
-    /// durable. Nothing to do if `size() == len()`.
+    /// Gives the file blocks for its bytes up to `up_to` (or more) before
+    /// they are appended, without changing its size, so that neither the
+    /// appends nor their later writes to the device can meet a full
+    /// device: a full device is then this call's error (kind
+    /// `StorageFull`), with nothing appended. Blocks past the file's end
+    /// at `trim` are given back. Default: nothing (backends that allocate
+    /// no blocks, the simulated file system); also nothing where the file
+    /// system cannot reserve.
+    fn reserve(&mut self, _up_to: u64) -> io::Result<()> {
+        Ok(())
+    }
+    /// Cuts pre-written zeros (and blocks reserved) past `len()` off and
+    /// makes the new size durable. Nothing to do if the file holds
+    /// nothing past `len()`.
     fn trim(&mut self) -> io::Result<()>;
     /// True if nothing has been appended.
     fn is_empty(&self) -> bool {

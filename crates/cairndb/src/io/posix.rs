@@ -20,6 +20,39 @@ struct PosixWrite {
     size: u64,
     /// Writeback has been started for the bytes below this.
     written_back: u64,
+    /// The file has blocks below this (`FileWrite::reserve`).
+    reserved: u64,
+}
+
+/// Bytes a reservation takes past what it was asked for, so a journal
+/// makes one `fallocate` per this many bytes appended.
+const RESERVE_AHEAD: u64 = 4 << 20;
+
+/// Reserves blocks of `file` from `*reserved` up to at least `up_to`
+/// (`FileWrite::reserve`): `RESERVE_AHEAD` more if the device has room,
+/// else just what was asked. Where the file system cannot reserve
+/// (`EOPNOTSUPP`), marks everything reserved: appends then meet a full
+/// device as they did without it.
+pub(super) fn reserve_blocks(file: &File, reserved: &mut u64, up_to: u64) -> io::Result<()> {
+    if up_to <= *reserved {
+        return Ok(());
+    }
+    let mut last = Ok(());
+    for to in [up_to.saturating_add(RESERVE_AHEAD), up_to] {
+        let flags = rustix::fs::FallocateFlags::KEEP_SIZE;
+        match rustix::fs::fallocate(file, flags, *reserved, to - *reserved) {
+            Ok(()) => {
+                *reserved = to;
+                return Ok(());
+            }
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => {
+                *reserved = u64::MAX;
+                return Ok(());
+            }
+            Err(e) => last = Err(e.into()),
+        }
+    }
+    last
 }
 
 /// Zeros written per `pwrite` while pre-writing.
@@ -99,10 +132,16 @@ impl FileWrite for PosixWrite {
         self.size = up_to;
         super::sync_after_prewrite(|| self.file.sync_data())
     }
+    fn reserve(&mut self, up_to: u64) -> io::Result<()> {
+        reserve_blocks(&self.file, &mut self.reserved, up_to)
+    }
     fn trim(&mut self) -> io::Result<()> {
-        if self.size > self.len {
+        if self.size > self.len || self.reserved > self.len {
+            // Also when the size stays: a truncate to the same size gives
+            // back the blocks reserved past the end.
             self.file.set_len(self.len)?;
             self.size = self.len;
+            self.reserved = self.len;
             // fsync, not fdatasync: a smaller size must reach the device.
             self.file.sync_all()?;
         }
@@ -275,6 +314,7 @@ impl Fs for PosixFs {
             len: 0,
             size: 0,
             written_back: 0,
+            reserved: 0,
         }))
     }
     fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn FileWrite>> {
@@ -286,6 +326,7 @@ impl Fs for PosixFs {
             len: 0,
             size,
             written_back: 0,
+            reserved: size,
         }))
     }
     fn open(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {

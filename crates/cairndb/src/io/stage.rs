@@ -235,6 +235,8 @@ pub struct StagedWrite {
     bound: bool,
     len: u64,
     size: u64,
+    /// The file has blocks below this (`FileWrite::reserve`).
+    reserved: u64,
     flusher: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -316,6 +318,7 @@ pub fn open(
         bound: false,
         len: 0,
         size,
+        reserved: size,
         flusher: Some(flusher),
     })
 }
@@ -458,15 +461,22 @@ impl super::FileWrite for StagedWrite {
         super::sync_after_prewrite(|| self.plain.sync_data())
     }
 
+    fn reserve(&mut self, up_to: u64) -> io::Result<()> {
+        super::posix::reserve_blocks(&self.plain, &mut self.reserved, up_to)
+    }
+
     fn trim(&mut self) -> io::Result<()> {
         self.shared.failed()?;
         self.shared.write_all()?;
         let file_len = self.plain.metadata()?.len();
-        if file_len != self.len {
+        if file_len != self.len || self.reserved > self.len {
+            // Also when the size stays: a truncate to the same size gives
+            // back the blocks reserved past the end.
             self.plain.set_len(self.len)?;
             self.plain.sync_all()?;
         }
         self.size = self.len;
+        self.reserved = self.len;
         Ok(())
     }
 

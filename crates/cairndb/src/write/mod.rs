@@ -406,6 +406,15 @@ impl Inner {
             self.poison("journal sync", &e);
             return Err(Error::io("syncing the journal", e));
         }
+        // Blocks for the group before any of it is appended: a full device
+        // refuses the group here, with the journal as it was, instead of
+        // failing a write of it later (the staged journal's flusher, a
+        // tail write), which would poison the handle.
+        if group_bytes > 0
+            && let Err(e) = file.reserve(base + group_bytes)
+        {
+            return Err(Error::io("reserving journal space", e));
+        }
         if sync && self.opts.journal_prewrite && group_bytes > 0 {
             let need = base + group_bytes;
             if need > file.size() {
