@@ -211,14 +211,14 @@ fn run(mount: &Mount, free: u64, sync_every: u64) -> (bool, String) {
                         model.insert(key, value);
                         soft = true;
                     }
-                    // A manifest edit (a flush's or a compaction's) that
-                    // met the full disk poisons the handle
-                    // (durability.md §Full disk); the journal never does.
+                    // Only a failed write of bytes already in the journal
+                    // or the manifest poisons; every group and every edit
+                    // reserves its blocks first, so a full disk should not
+                    // get that far on these file systems.
                     Err(Error::Poisoned(why)) if i == 0 => {
                         assert!(
-                            why.contains("manifest")
-                                && (why.contains("No space") || why.contains("os error 28")),
-                            "free {free}: poisoned by something else than a full disk under a manifest edit: {why}"
+                            why.contains("No space") || why.contains("os error 28"),
+                            "free {free}: poisoned by something else than the full disk: {why}"
                         );
                         break;
                     }
@@ -248,10 +248,16 @@ fn run(mount: &Mount, free: u64, sync_every: u64) -> (bool, String) {
                 let _ = db.close();
             }
             Err(e) => {
+                // Any typed error but `Corruption`: a full disk must never
+                // read as damaged files. (Usually the no-space error; any
+                // other is printed, for the record.)
                 assert!(
-                    expected(&e),
-                    "free {free}: open #{attempt} on a full disk: unexpected error {e}"
+                    !e.is_corruption(),
+                    "free {free}: open #{attempt} on a full disk: {e}"
                 );
+                if !expected(&e) {
+                    println!("free {free}: open #{attempt} on a full disk: {e}");
+                }
                 let after = names(&dir);
                 let new: Vec<&String> = after.iter().filter(|n| !before.contains(n)).collect();
                 assert!(
@@ -303,8 +309,8 @@ fn sweep(kind: &str, mount: Result<Mount, String>) {
     };
     // Every group reserves its journal blocks before it is appended, so
     // a run that fills the disk while writing meets it there, where it is
-    // a soft error: the handle takes writes again once space returns
-    // (unless a manifest edit met the full disk first, which poisons).
+    // a soft error: the handle takes writes again once space returns.
+    // Manifest edits reserve their blocks too.
     // With synced writes among unsynced ones, and with unsynced writes
     // alone (whose journal bytes the staged journal writes out later, in
     // the background).
@@ -325,10 +331,9 @@ fn sweep(kind: &str, mount: Result<Mount, String>) {
             filled += usize::from(!line.contains("full at open"));
             usable += usize::from(soft);
         }
-        // The others were poisoned by a manifest edit (checked in `run`).
-        assert!(
-            usable + 1 >= filled,
-            "{kind}, {what}: the handle took writes again after only {usable} of {filled} full disks"
+        assert_eq!(
+            usable, filled,
+            "{kind}, {what}: the handle took writes again after {usable} of {filled} full disks"
         );
     }
 }

@@ -655,7 +655,8 @@ fn compact(inner: &Inner, v: &Version, c: Compaction, moving: Moving) -> Result<
     let in_place = c.level > 0 && moving.settles();
     let out_level = if in_place { c.level } else { c.level + 1 };
     let mut edit = Edit::default();
-    if c.below.is_empty() && c.inputs.len() == 1 && !moving.settles() {
+    let trivial = c.below.is_empty() && c.inputs.len() == 1 && !moving.settles();
+    if trivial {
         let f = &c.inputs[0];
         edit.removed.push((c.level, f.number));
         edit.added.push(f.record(out_level));
@@ -678,10 +679,30 @@ fn compact(inner: &Inner, v: &Version, c: Compaction, moving: Moving) -> Result<
         }
     }
     let moved: Vec<u64> = edit.value_live.iter().map(|&(n, _)| n).collect();
-    inner.log_and_apply(edit, |_| {})?;
+    log_merge(inner, edit, !trivial)?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
     warm_later(inner, &moved);
     Ok(())
+}
+
+/// Logs a compaction's edit. If a full device made the manifest refuse it
+/// (nothing appended), the files the merge wrote — the tables the edit
+/// adds and the values files it moved values to, when `merged` (not a
+/// trivial move, whose table is the input's) — are deleted, as after a
+/// failed merge, and the compaction is retried later.
+fn log_merge(inner: &Inner, edit: Edit, merged: bool) -> Result<()> {
+    let tables: Vec<u64> = edit.added.iter().map(|t| t.number).collect();
+    let values: Vec<u64> = edit.value_live.iter().map(|&(n, _)| n).collect();
+    inner.log_and_apply(edit, |_| {}).inspect_err(|e| {
+        if merged && inner.manifest_refused(e) {
+            for n in &tables {
+                let _ = inner.fs.remove(&files::table(&inner.dir, *n));
+            }
+            for n in &values {
+                let _ = inner.fs.remove(&files::values(&inner.dir, *n));
+            }
+        }
+    })
 }
 
 /// Writes must pause this long before written values are read back into
@@ -784,7 +805,7 @@ pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
         }
     }
     let moved: Vec<u64> = edit.value_live.iter().map(|&(n, _)| n).collect();
-    inner.log_and_apply(edit, |_| {})?;
+    log_merge(inner, edit, true)?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
     warm_later(inner, &moved);
     // A background compaction that ran out of space while this one waited

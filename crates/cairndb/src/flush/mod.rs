@@ -157,18 +157,26 @@ fn flush_oldest(inner: &Inner) -> Result<()> {
         edit.value_live = f.value_live;
         flushed_max = f.max_seqno;
     }
-    inner.log_and_apply(edit, |state| {
-        // With the table, in the same install: a view that lacks the
-        // memtable sees the seqnos it moved to the table.
-        state.table_seqno_max = state.table_seqno_max.max(flushed_max);
-        debug_assert!(
-            state
-                .sealed
-                .first()
-                .is_some_and(|m| std::sync::Arc::ptr_eq(m, &mem))
-        );
-        state.sealed.remove(0);
-    })?;
+    inner
+        .log_and_apply(edit, |state| {
+            // With the table, in the same install: a view that lacks the
+            // memtable sees the seqnos it moved to the table.
+            state.table_seqno_max = state.table_seqno_max.max(flushed_max);
+            debug_assert!(
+                state
+                    .sealed
+                    .first()
+                    .is_some_and(|m| std::sync::Arc::ptr_eq(m, &mem))
+            );
+            state.sealed.remove(0);
+        })
+        .inspect_err(|e| {
+            // Refused by a full device: the table goes, as after a failed
+            // write; the memtable stays sealed for the retry.
+            if inner.manifest_refused(e) {
+                let _ = inner.fs.remove(&files::table(&inner.dir, number));
+            }
+        })?;
     inner.counters.flushes.fetch_add(1, Ordering::Relaxed);
     // The journal is below the floor now: unless tables point into it, it
     // goes when the last reader of the memtable does.

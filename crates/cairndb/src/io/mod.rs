@@ -57,7 +57,8 @@ pub trait FileWrite: Send {
     /// reported with that kind ([`sync_after_prewrite`]): after it the
     /// appended bytes' durability is unknown.
     fn prewrite(&mut self, up_to: u64) -> io::Result<()>;
-    /// Gives the file blocks for its bytes up to `up_to` (or more) before
+    /// Gives the file blocks for its bytes up to `up_to` (`ahead` more if
+    /// the device has room) before
     /// they are appended, without changing its size, so that neither the
     /// appends nor their later writes to the device can meet a full
     /// device: a full device is then this call's error (kind
@@ -65,7 +66,7 @@ pub trait FileWrite: Send {
     /// at `trim` are given back. Default: nothing (backends that allocate
     /// no blocks, the simulated file system); also nothing where the file
     /// system cannot reserve.
-    fn reserve(&mut self, _up_to: u64) -> io::Result<()> {
+    fn reserve(&mut self, _up_to: u64, _ahead: u64) -> io::Result<()> {
         Ok(())
     }
     /// Cuts pre-written zeros (and blocks reserved) past `len()` off and

@@ -24,21 +24,22 @@ struct PosixWrite {
     reserved: u64,
 }
 
-/// Bytes a reservation takes past what it was asked for, so a journal
-/// makes one `fallocate` per this many bytes appended.
-const RESERVE_AHEAD: u64 = 4 << 20;
-
 /// Reserves blocks of `file` from `*reserved` up to at least `up_to`
-/// (`FileWrite::reserve`): `RESERVE_AHEAD` more if the device has room,
-/// else just what was asked. Where the file system cannot reserve
+/// (`FileWrite::reserve`): `ahead` more if the device has room, else
+/// just what was asked. Where the file system cannot reserve
 /// (`EOPNOTSUPP`), marks everything reserved: appends then meet a full
 /// device as they did without it.
-pub(super) fn reserve_blocks(file: &File, reserved: &mut u64, up_to: u64) -> io::Result<()> {
+pub(super) fn reserve_blocks(
+    file: &File,
+    reserved: &mut u64,
+    up_to: u64,
+    ahead: u64,
+) -> io::Result<()> {
     if up_to <= *reserved {
         return Ok(());
     }
     let mut last = Ok(());
-    for to in [up_to.saturating_add(RESERVE_AHEAD), up_to] {
+    for to in [up_to.saturating_add(ahead), up_to] {
         let flags = rustix::fs::FallocateFlags::KEEP_SIZE;
         match rustix::fs::fallocate(file, flags, *reserved, to - *reserved) {
             Ok(()) => {
@@ -132,8 +133,8 @@ impl FileWrite for PosixWrite {
         self.size = up_to;
         super::sync_after_prewrite(|| self.file.sync_data())
     }
-    fn reserve(&mut self, up_to: u64) -> io::Result<()> {
-        reserve_blocks(&self.file, &mut self.reserved, up_to)
+    fn reserve(&mut self, up_to: u64, ahead: u64) -> io::Result<()> {
+        reserve_blocks(&self.file, &mut self.reserved, up_to, ahead)
     }
     fn trim(&mut self) -> io::Result<()> {
         if self.size > self.len || self.reserved > self.len {

@@ -461,8 +461,8 @@ impl super::FileWrite for StagedWrite {
         super::sync_after_prewrite(|| self.plain.sync_data())
     }
 
-    fn reserve(&mut self, up_to: u64) -> io::Result<()> {
-        super::posix::reserve_blocks(&self.plain, &mut self.reserved, up_to)
+    fn reserve(&mut self, up_to: u64, ahead: u64) -> io::Result<()> {
+        super::posix::reserve_blocks(&self.plain, &mut self.reserved, up_to, ahead)
     }
 
     fn trim(&mut self) -> io::Result<()> {

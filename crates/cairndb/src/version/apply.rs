@@ -59,13 +59,20 @@ pub(crate) fn write_manifest(
     })
 }
 
+/// Manifest blocks an edit reserves past its own: most edits are well
+/// under a KiB, so this covers many of them.
+const MANIFEST_RESERVE_AHEAD: u64 = 64 << 10;
+
 impl Manifest {
-    /// Appends `edit` as one record and syncs it. A failure leaves the
-    /// manifest's tail unknown: it is marked poisoned, and no edit may
-    /// follow.
+    /// Appends `edit` as one record and syncs it. Its blocks are reserved
+    /// first: a full device refuses the edit there, the manifest as it was
+    /// and usable. A failed append or sync leaves the manifest's tail
+    /// unknown: it is marked poisoned, and no edit may follow.
     fn append(&mut self, edit: &Edit) -> std::io::Result<()> {
         let mut rec = Vec::new();
         encode_record(&mut rec, RecordKind::Edit, &edit.encode());
+        let need = self.file.len() + rec.len() as u64;
+        self.file.reserve(need, MANIFEST_RESERVE_AHEAD)?;
         self.file
             .append(&rec)
             .and_then(|()| self.file.sync())
@@ -93,6 +100,13 @@ impl Inner {
             .map_err(|e| Error::io("recording the clean close in the manifest", e))
     }
 
+    /// Whether `e`, from `log_and_apply`, is the manifest refusing an edit
+    /// for want of space with nothing appended: the files the edit would
+    /// have added are the caller's to delete, and the work is retried.
+    pub fn manifest_refused(&self, e: &Error) -> bool {
+        e.is_no_space() && !self.manifest.lock().poisoned
+    }
+
     /// Logs `edit` to the manifest (synced), then installs the new version
     /// and runs `install` on the state under the same write lock. Tables
     /// the edit removes are marked obsolete and deleted when unreferenced.
@@ -109,7 +123,11 @@ impl Inner {
             .map_err(|d| Error::Poisoned(format!("internal: bad version edit: {d}")))?;
         debug_assert_eq!(version.check(), Ok(()));
         if let Err(e) = m.append(&edit) {
-            self.poison("manifest write", &e);
+            // Refused for want of space, the manifest is as it was: the
+            // caller's work is retried later (`Inner::manifest_refused`).
+            if m.poisoned {
+                self.poison("manifest write", &e);
+            }
             return Err(Error::io("writing the manifest", e));
         }
         if let Some(j) = edit.journal {

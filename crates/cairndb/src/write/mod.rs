@@ -68,6 +68,10 @@ const PREWRITE_GROUPS: u64 = 64;
 const PREWRITE_MIN: u64 = 16 << 10;
 const PREWRITE_MAX: u64 = 4 << 20;
 
+/// Journal blocks a group reserves past its own (`FileWrite::reserve`):
+/// one `fallocate` per this many bytes appended.
+const JOURNAL_RESERVE_AHEAD: u64 = 4 << 20;
+
 /// An unsynced journal starts a background sync of itself each time it
 /// has grown this much since the last (at most one in flight), so that
 /// the sync that seals a full journal — every writer waits for it — finds
@@ -411,7 +415,7 @@ impl Inner {
         // failing a write of it later (the staged journal's flusher, a
         // tail write), which would poison the handle.
         if group_bytes > 0
-            && let Err(e) = file.reserve(base + group_bytes)
+            && let Err(e) = file.reserve(base + group_bytes, JOURNAL_RESERVE_AHEAD)
         {
             return Err(Error::io("reserving journal space", e));
         }
