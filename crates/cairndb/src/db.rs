@@ -73,6 +73,8 @@ pub(crate) struct Journal {
     pub presync: Option<std::thread::JoinHandle<std::io::Result<()>>>,
     /// The next background sync starts once the journal is this long.
     pub presync_at: u64,
+    /// The journal's value streams (`Options::value_partitions`).
+    pub streams: Option<Arc<crate::write::streams::Streams>>,
 }
 
 pub(crate) struct Manifest {
@@ -301,9 +303,12 @@ impl Inner {
         let mut journal = self.journal.lock();
         let number = journal.number;
         let presynced = crate::write::join_presync(&mut journal.presync);
+        let streams = journal.streams.clone();
         let synced = match journal.file.take() {
-            Some(mut f) if !journal.poisoned => f
-                .trim()
+            Some(mut f) if !journal.poisoned => streams
+                .as_ref()
+                .map_or(Ok(()), |s| s.seal())
+                .and_then(|()| f.trim())
                 .and_then(|()| f.sync())
                 .map(|()| Some((number, f.len())))
                 .map_err(|e| Error::io("syncing the journal on close", e)),

@@ -88,6 +88,17 @@ pub struct Options {
     /// (docs/architecture.md §Value separation). `usize::MAX` keeps every
     /// value inline. Default 1 KiB.
     pub value_separation_min: usize,
+    /// Separated values of unsynced writes go to this many value streams
+    /// per journal, one per key range, instead of into the journal
+    /// record (docs/architecture.md §Value streams): a full scan then
+    /// reads each stream whole rather than every value at random. The
+    /// ranges are cut from the keys of the journal before. Writes that
+    /// ask for `sync` keep their values in the journal record (one
+    /// fdatasync). 0 keeps every value in the journal. At most
+    /// `VALUE_PARTITIONS_MAX`. Default 0: the streams' buffered appends
+    /// cost the contest's write phase about half its rate on this
+    /// machine's disk, against 1.4× for its range phase (32 partitions).
+    pub value_partitions: usize,
     /// Value GC: once the separated values still live in a segment are at
     /// most this share of what it held, compactions move the live ones
     /// they meet to a values file, so the segment can be freed. `0.0` is
@@ -219,6 +230,9 @@ impl Default for Options {
     }
 }
 
+/// Largest `Options::value_partitions`.
+pub const VALUE_PARTITIONS_MAX: usize = 1024;
+
 /// Default `Options::value_separation_min`.
 pub const VALUE_SEPARATION_MIN_DEFAULT: usize = 1024;
 
@@ -250,6 +264,7 @@ impl Options {
             level_multiplier: 10,
             journal_bytes: 64 << 20,
             value_separation_min: VALUE_SEPARATION_MIN_DEFAULT,
+            value_partitions: 0,
             value_gc_live_ratio: 0.5,
             value_gc_bytes_per_compaction: 64 << 20,
             value_gc_pace: 1.0,
@@ -278,6 +293,9 @@ impl Options {
         }
         if !(self.value_gc_pace >= 0.0 && self.value_gc_pace.is_finite()) {
             return bad("value_gc_pace must be finite and at least 0.0");
+        }
+        if self.value_partitions > VALUE_PARTITIONS_MAX {
+            return bad("value_partitions must be at most 1024");
         }
         if self.journal_bytes == 0 {
             return bad("journal_bytes must be > 0");

@@ -178,7 +178,10 @@ fn check_state(plan: &Plan, sabotage: Sabotage, state: &State) -> Result<(), Vio
                 let at = rng.random_range(0..len);
                 let bit = rng.random_range(0..8);
                 fs.mutate_byte(&path, at, |b| b ^ (1 << bit));
-                if path.extension().is_some_and(|e| e == "journal") {
+                if path
+                    .extension()
+                    .is_some_and(|e| e == "journal" || e == "stream")
+                {
                     rot = Rot::Journal;
                 }
             }
@@ -234,9 +237,10 @@ enum Rot {
     None,
     /// A flip in a table, manifest or CURRENT: `Corruption` is allowed.
     Table,
-    /// A flip in a journal: `Corruption` is allowed, and so is losing
-    /// durable batches as a suffix — a damaged last synced record that no
-    /// later record vouches for reads as a torn tail (docs/durability.md).
+    /// A flip in a journal or a value stream: `Corruption` is allowed,
+    /// and so is losing durable batches as a suffix — a damaged last
+    /// synced record (or its value in a stream) that no later record
+    /// vouches for reads as a torn tail (docs/durability.md).
     Journal,
 }
 

@@ -494,6 +494,9 @@ fn a_failed_background_journal_sync_fails_the_next_synced_write() {
         journal_bytes: 64 << 20,
         memtable_bytes: 64 << 20,
         value_separation_min: 1024,
+        // The values in the journal, which they grow past the
+        // background sync's mark.
+        value_partitions: 0,
         background_compaction: false,
         ..cairndb::Options::default()
     };
@@ -540,4 +543,76 @@ fn a_failed_background_journal_sync_fails_the_next_synced_write() {
     }
     let hits = fs.fired();
     assert_eq!(hits.len(), 1, "{hits:?}");
+}
+
+/// A value stream's sync fails the way Linux reports a writeback error
+/// (once, the pages dropped, the next fdatasync succeeding). The synced
+/// write that needed it fails and poisons the handle, so no later sync
+/// vouches for records whose values may never have reached the device;
+/// what was written still reads back, and a reopen after a power cut
+/// keeps every write acknowledged before the failure that a sync covered.
+#[test]
+fn a_failed_value_stream_sync_fails_the_synced_write() {
+    let fs = MemFs::new();
+    let opts = || cairndb::Options {
+        fs: std::sync::Arc::new(fs.clone()),
+        value_separation_min: 1024,
+        value_partitions: 4,
+        background_compaction: false,
+        ..cairndb::Options::default()
+    };
+    let db = Db::open(dir(), opts()).expect("open");
+    let value = |i: u32| {
+        let mut v = i.to_le_bytes().to_vec();
+        v.resize(4096, (i % 251) as u8);
+        v
+    };
+    // Synced before the fault: must survive anything after.
+    for i in 0..50u32 {
+        db.put(format!("k{i:05}"), value(i)).expect("unsynced put");
+    }
+    db.put_opt("mark", "synced", &WriteOptions { sync: true })
+        .expect("synced put");
+    fs.inject(Fault {
+        path_contains: Some(".stream".into()),
+        ..Fault::once(OpKind::Sync, FaultKind::SyncLost)
+    });
+    for i in 50..100u32 {
+        db.put(format!("k{i:05}"), value(i)).expect("unsynced put");
+    }
+    let synced = db.put_opt("last", "v", &WriteOptions { sync: true });
+    assert!(
+        matches!(synced, Err(Error::Io { .. })),
+        "a synced write whose value stream failed to sync: {synced:?}"
+    );
+    assert_eq!(fs.fired().len(), 1, "the stream sync was the one hit");
+    assert!(
+        matches!(db.put("after", "v"), Err(Error::Poisoned(_))),
+        "writes after a failed stream sync must fail"
+    );
+    for i in 0..100u32 {
+        assert_eq!(
+            db.get(format!("k{i:05}")).expect("get"),
+            Some(value(i)),
+            "key {i}"
+        );
+    }
+    let image = fs.crash_image(Crash::Torn, 7);
+    drop(db);
+    let reopened = Db::open(
+        dir(),
+        cairndb::Options {
+            fs: std::sync::Arc::new(image),
+            ..opts()
+        },
+    )
+    .expect("reopen after the power cut");
+    assert_eq!(reopened.get("mark").expect("get"), Some(b"synced".to_vec()));
+    for i in 0..50u32 {
+        assert_eq!(
+            reopened.get(format!("k{i:05}")).expect("get"),
+            Some(value(i)),
+            "key {i}"
+        );
+    }
 }

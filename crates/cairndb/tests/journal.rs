@@ -405,6 +405,8 @@ fn filling_journals_are_synced_in_the_background() {
         journal_direct: false,
         journal_bytes: 20 << 20,
         value_separation_min: 1024,
+        // The values in the journal, which they fill.
+        value_partitions: 0,
         ..Options::default()
     };
     let big = |i: usize| {

@@ -79,11 +79,14 @@ const ENV_DIRECT: &str = "CAIRNDB_KILL_CHILD_DIRECT";
 
 /// `direct`: the journal written with direct IO through the staging ring
 /// (2 MiB, so it wraps often), and memtables of 256 KiB so journals grow
-/// past whole chunks before they are sealed.
+/// past whole chunks before they are sealed. Without it, the buffered
+/// journal with value streams (unsynced large values appended by key
+/// range to stream files, the journal holding pointers to them).
 fn options(direct: bool) -> Options {
     Options {
         memtable_bytes: if direct { 256 << 10 } else { 48 << 10 },
         journal_direct: direct,
+        value_partitions: if direct { 0 } else { 4 },
         journal_ring_bytes: 2 << 20,
         table_bytes: 64 << 10,
         level1_bytes: 256 << 10,

@@ -234,6 +234,7 @@ fn swapped_value_files_are_corruption() {
     let fs = restore(&a, Path::new(DIR));
     let mut segments = files_with(&fs, Path::new(DIR), ".values");
     segments.extend(files_with(&fs, Path::new(DIR), ".journal"));
+    segments.extend(files_with(&fs, Path::new(DIR), ".stream"));
     let live: Vec<String> = segments.into_iter().filter(|n| !a[n].is_empty()).collect();
     assert!(live.len() >= 2, "value segments: {live:?}");
     swapped_is_corruption(&a, &live[0], &live[1], &model);

@@ -387,6 +387,9 @@ fn long_scans_together_share_scattered_reads_through_the_page_cache() {
         settle_after_idle: None,
         warm_written_values: false,
         memtable_bytes: 1 << 20,
+        // Values in journals; value streams are read through the page
+        // cache by any long scan (`a_long_scan_reads_value_streams_whole`).
+        value_partitions: 0,
         ..Options::default()
     };
     let n = N;
@@ -416,5 +419,52 @@ fn long_scans_together_share_scattered_reads_through_the_page_cache() {
         buffered > 0,
         "two long scans read no value through the page cache ({} direct)",
         together.value_reads_direct - alone.value_reads_direct
+    );
+}
+
+/// Values written far from key order into value streams:
+/// a lone long scan reads each flushed stream through the page cache,
+/// asking for it whole at its first value, instead of reading every
+/// value directly as it does for values in journals
+/// (`long_scans_together_share_scattered_reads_through_the_page_cache`).
+/// Only the scan's first window, before it counts as long, reads
+/// directly. On real files: the simulated file system has no page cache.
+#[test]
+fn a_long_scan_reads_value_streams_whole() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        value_reads: cairndb::ValueReads::CachedElseDirect,
+        background_compaction: false,
+        settle_after_idle: None,
+        warm_written_values: false,
+        memtable_bytes: 1 << 20,
+        value_partitions: 32,
+        ..Options::default()
+    };
+    let db = Db::open(tmp.path(), opts.clone()).expect("open");
+    for i in (0..N).map(|i| (i * 2749) % N) {
+        db.put(key(i), value(i)).expect("put");
+    }
+    db.flush().expect("flush");
+    db.close().expect("close");
+    let streams = std::fs::read_dir(tmp.path())
+        .expect("list")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".stream"))
+        })
+        .count();
+    assert!(streams > 2, "values went to {streams} value streams");
+
+    let db = Db::open(tmp.path(), opts).expect("reopen");
+    scan_all(&db);
+    let s = db.stats();
+    let through_cache = s.value_reads_buffered + s.value_reads_cached;
+    assert!(
+        s.value_reads_direct < N as u64 / 8 && through_cache > 0,
+        "a long scan over value streams: {} direct, {} cached, {} buffered",
+        s.value_reads_direct,
+        s.value_reads_cached,
+        s.value_reads_buffered
     );
 }

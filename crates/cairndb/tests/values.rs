@@ -28,6 +28,9 @@ fn opts(fs: &MemFs, separation_min: usize) -> Options {
         memtable_bytes: 256 << 10,
         background_compaction: false,
         value_separation_min: separation_min,
+        // These tests follow values in journals; tests/streams.rs follows
+        // them in value streams.
+        value_partitions: 0,
         ..Options::default()
     }
 }

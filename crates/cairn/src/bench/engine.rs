@@ -154,7 +154,11 @@ pub trait Engine: Send + Sync {
 ///   files not read back into the page cache after writes pause (the
 ///   control for it);
 /// - `cairndb-nosettle`: `settle_for_scans = 0.0`, compactions beside
-///   writes settle nothing however scans read (the control for it).
+///   writes settle nothing however scans read (the control for it);
+/// - `cairndb-streams`: `value_partitions = 32`, unsynced separated
+///   values appended to value streams by key range instead of inside
+///   their journal records (the option, off by default, against the
+///   default).
 pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb",
     "cairndb-inline",
@@ -166,6 +170,7 @@ pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb-buffered-journal",
     "cairndb-cold",
     "cairndb-nosettle",
+    "cairndb-streams",
 ];
 
 /// Overrides the separation threshold of every CairnDB variant that
@@ -218,6 +223,7 @@ pub fn cairn_options(
         "cairndb-buffered-journal" => opts.journal_direct = false,
         "cairndb-cold" => opts.warm_written_values = false,
         "cairndb-nosettle" => opts.settle_for_scans = 0.0,
+        "cairndb-streams" => opts.value_partitions = 32,
         _ => return None,
     }
     Some(opts)

@@ -137,7 +137,8 @@ pub struct BenchArgs {
     /// cache instead of with direct IO), cairndb-cold (written values
     /// not read back into the page cache after writes pause),
     /// cairndb-nosettle (compactions beside writes settle nothing for
-    /// scans), and the peers rocksdb, lmdb, fjall, redb, sled (each
+    /// scans), cairndb-streams (unsynced values in value streams by key
+    /// range, not in the journal), and the peers rocksdb, lmdb, fjall, redb, sled (each
     /// needs its cargo feature).
     #[arg(long, value_delimiter = ',', default_value = "cairndb")]
     pub engines: Vec<String>,

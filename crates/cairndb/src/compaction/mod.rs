@@ -38,7 +38,7 @@ use crate::flush;
 use crate::format::key::{self, Kind};
 use crate::format::manifest::{Edit, TableRecord};
 use crate::format::table::TableWriter;
-use crate::format::vptr::ValuePtr;
+use crate::format::vptr::{ValuePtr, padding};
 use crate::limits::LEVELS;
 use crate::options::Options;
 use crate::read::cursor::{Cursor, Dir, MergeCursor, table_cursor};
@@ -567,7 +567,7 @@ fn points_into_journal(
         }
         let in_journal = ValuePtr::decode(cursor.value())
             .and_then(|p| v.segments.get(&p.segment))
-            .is_some_and(|s| s.file.is_journal());
+            .is_some_and(|s| s.file.in_write_order());
         if in_journal {
             return Ok(Some(true));
         }
@@ -892,26 +892,6 @@ struct ValuesOut {
 /// Most moves read together, and most bytes they may hold.
 const MOVES_MAX: usize = 256;
 const MOVES_BYTES_MAX: u64 = 8 << 20;
-/// Page size values are aligned to in values files.
-const PAGE: u64 = crate::io::DIRECT_ALIGN as u64;
-
-/// Zero bytes to write before a value of `len` bytes that would start at
-/// `offset` of a values file, so that it spans no more pages than its
-/// length needs: a point read of it is then one page read fewer (a 4 KiB
-/// value in one page, not two). Only when that costs at most an eighth of
-/// its length: 4 KiB values line up with no padding at all after the
-/// first; values of a page and a bit are left where they fall.
-fn padding(offset: u64, len: u64) -> u64 {
-    let spanned = (offset % PAGE + len).div_ceil(PAGE);
-    let needed = len.div_ceil(PAGE);
-    let pad = offset.next_multiple_of(PAGE) - offset;
-    if spanned > needed && pad <= len / 8 {
-        pad
-    } else {
-        0
-    }
-}
-
 /// Value GC's moves: each value gets its new place (the current values
 /// file, at the next offset) as soon as the merge meets it, so the table
 /// entry can be written at once; the values themselves are read in
@@ -1155,7 +1135,7 @@ fn merge_into(
                 let seg = v.segments.get(&p.segment)?;
                 let collect =
                     seg.mostly_dead(gc) && moving.may_collect(moves.moved_bytes - settled);
-                let settle = !collect && seg.file.is_journal() && moving.may_settle(settled);
+                let settle = !collect && seg.file.in_write_order() && moving.may_settle(settled);
                 (collect || settle).then(|| (p, seg.file.clone(), settle))
             });
         if let Some((ptr, seg, settles)) = move_one {
@@ -1225,9 +1205,8 @@ fn finish(inner: &Inner, writer: Option<(u64, TableWriter)>, level: usize) -> Re
 
 #[cfg(test)]
 mod tests {
-    use super::{
-        L0Triggers, PAGE, SETTLE_PER_COMPACTION_MAX, gc_allowance, padding, settle_allowance,
-    };
+    use super::{L0Triggers, SETTLE_PER_COMPACTION_MAX, gc_allowance, padding, settle_allowance};
+    use crate::format::vptr::PAGE;
 
     /// While level-0 merges meet only new keys, compaction starts at the
     /// new-keys count and the slowdown and stop move up with it: a load

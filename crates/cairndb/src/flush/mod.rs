@@ -180,10 +180,15 @@ fn flush_oldest(inner: &Inner) -> Result<()> {
     inner.counters.flushes.fetch_add(1, Ordering::Relaxed);
     // The journal is below the floor now: unless tables point into it, it
     // goes when the last reader of the memtable does.
-    if let Some(seg) = mem.segment()
-        && inner.state.read().version.segment(seg.number).is_none()
+    // So do its value streams (no later memtable points into them).
     {
-        seg.mark_obsolete();
+        let state = inner.state.read();
+        let streams = mem.streams().into_iter().flat_map(|s| s.segments());
+        for seg in mem.segment().into_iter().chain(streams) {
+            if state.version.segment(seg.number).is_none() {
+                seg.mark_obsolete();
+            }
+        }
     }
     Ok(())
 }

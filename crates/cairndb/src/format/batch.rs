@@ -5,8 +5,10 @@
 //!  0     8     first_seqno  u64 LE; op i has seqno first_seqno + i
 //!  8     4     count        u32 LE, number of ops
 //! 12     ...   ops          count × op
-//! op:   1 byte kind (0 = delete, 1 = put; persisted), varint key_len, key,
-//!       and for puts: varint value_len, value
+//! op:   1 byte kind (0 = delete, 1 = put, 2 = pointer; persisted),
+//!       varint key_len, key, and for puts and pointers: varint value_len,
+//!       value (a pointer's value is an encoded value pointer into a value
+//!       stream, format.md §Value streams)
 //! ```
 
 use super::coding::{Reader, put_bytes};
@@ -25,7 +27,7 @@ pub fn new_payload() -> Vec<u8> {
 pub fn push_op(rep: &mut Vec<u8>, kind: Kind, key: &[u8], value: &[u8]) {
     rep.push(kind as u8);
     put_bytes(rep, key);
-    if kind == Kind::Put {
+    if kind != Kind::Delete {
         put_bytes(rep, value);
     }
 }
@@ -77,16 +79,16 @@ pub fn decode(rep: &[u8]) -> Result<Decoded<'_>, String> {
 
 /// Reads one op at the reader's position.
 fn read_op<'a>(r: &mut Reader<'a>) -> Result<Op<'a>, &'static str> {
-    // Pointers are made when a batch is applied, never stored in one.
     let kind = match r.u8() {
         Some(0) => Kind::Delete,
         Some(1) => Kind::Put,
+        Some(2) => Kind::Pointer,
         _ => return Err("bad kind"),
     };
     let key = r.len_prefixed().ok_or("key truncated")?;
     let value = match kind {
-        Kind::Put => r.len_prefixed().ok_or("value truncated")?,
-        Kind::Delete | Kind::Pointer => &[],
+        Kind::Put | Kind::Pointer => r.len_prefixed().ok_or("value truncated")?,
+        Kind::Delete => &[],
     };
     Ok(Op { kind, key, value })
 }

@@ -20,6 +20,27 @@ use super::coding::{Reader, crc, put_varint};
 /// Longest encoded pointer: three 10-byte varints and the crc.
 pub const VPTR_LEN_MAX: usize = 34;
 
+/// Page size values are aligned to in values files and value streams.
+pub const PAGE: u64 = crate::io::DIRECT_ALIGN as u64;
+
+/// Zero bytes to write before a value of `len` bytes that would start at
+/// `offset` of a values file or value stream, so that it spans no more
+/// pages than its length needs: a point read of it is then one page read
+/// fewer (a 4 KiB value in one page, not two). Only when that costs at
+/// most an eighth of its length: 4 KiB values line up with no padding at
+/// all after the first; values of a page and a bit are left where they
+/// fall (format.md §Value pointers).
+pub fn padding(offset: u64, len: u64) -> u64 {
+    let spanned = (offset % PAGE + len).div_ceil(PAGE);
+    let needed = len.div_ceil(PAGE);
+    let pad = offset.next_multiple_of(PAGE) - offset;
+    if spanned > needed && pad <= len / 8 {
+        pad
+    } else {
+        0
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ValuePtr {
     pub segment: u64,

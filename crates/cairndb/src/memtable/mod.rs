@@ -32,6 +32,7 @@
 
 use crate::format::key::{self, Kind};
 use crate::version::segments::SegmentFile;
+use crate::write::streams::Streams;
 use parking_lot::{RwLock, RwLockWriteGuard};
 use smallvec::SmallVec;
 use std::cmp::Ordering;
@@ -244,6 +245,9 @@ pub struct Memtable {
     /// point into it) for as long as the memtable is. `None` for the
     /// memtables of recovery, which nobody reads.
     segment: Option<Arc<SegmentFile>>,
+    /// The journal's value streams (`write/streams.rs`): the memtable's
+    /// pointers name them too.
+    streams: Option<Arc<Streams>>,
 }
 
 /// Inserts into one memtable, holding its write lock (module header:
@@ -285,16 +289,34 @@ impl Memtable {
             bytes: AtomicUsize::new(0),
             journal,
             segment: None,
+            streams: None,
         }
     }
 
-    /// A memtable whose writes go to journal `segment`.
-    pub fn with_segment(segment: Arc<SegmentFile>) -> Self {
+    /// A memtable whose writes go to journal `segment` and, with
+    /// `streams`, their separated values to those value streams.
+    pub fn with_segment(segment: Arc<SegmentFile>, streams: Option<Arc<Streams>>) -> Self {
+        debug_assert!(streams.as_ref().is_none_or(|s| s.journal == segment.number));
         Memtable {
             journal: segment.number,
             segment: Some(segment),
+            streams,
             ..Memtable::new(0)
         }
+    }
+
+    /// The journal's value streams, if it has them.
+    pub fn streams(&self) -> Option<&Arc<Streams>> {
+        self.streams.as_ref()
+    }
+
+    /// The segment numbered `number` that this memtable's pointers may
+    /// name: its journal, or one of its value streams.
+    pub fn segment_of(&self, number: u64) -> Option<&Arc<SegmentFile>> {
+        if number == self.journal {
+            return self.segment.as_ref();
+        }
+        self.streams.as_ref()?.segment(number)
     }
 
     pub fn journal(&self) -> u64 {

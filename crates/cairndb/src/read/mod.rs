@@ -229,8 +229,7 @@ impl ReadView {
         }
         std::iter::once(&self.mem)
             .chain(self.sealed.iter())
-            .find(|m| m.journal() == number)
-            .and_then(|m| m.segment())
+            .find_map(|m| m.segment_of(number))
             .map(|s| (s, false))
     }
 

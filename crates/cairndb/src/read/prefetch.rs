@@ -21,7 +21,7 @@ use super::policy::{How, Served};
 use super::share::{self, CHUNK, ChunkBytes, SHARE_RUN_MIN, Scan, Value};
 use crate::Result;
 use crate::format::vptr::ValuePtr;
-use crate::version::segments::SegmentFile;
+use crate::version::segments::{SegmentFile, SegmentKind};
 use std::sync::Arc;
 
 /// Largest gap between two values read with one request.
@@ -123,7 +123,7 @@ impl ReadView {
             .filter(|r| r.members.len() < SCATTERED_RUN_MEMBERS)
             .filter(|r| {
                 self.segment(r.segment)
-                    .is_some_and(|(seg, flushed)| flushed && seg.is_journal())
+                    .is_some_and(|(seg, flushed)| flushed && seg.in_write_order())
             })
             .flat_map(|r| &r.members)
             .map(|(_, p)| u64::from(p.len))
@@ -145,8 +145,22 @@ impl ReadView {
                 if r.members.len() < SCATTERED_RUN_MEMBERS
                     && self
                         .segment(r.segment)
-                        .is_some_and(|(seg, flushed)| flushed && seg.is_journal())
+                        .is_some_and(|(seg, flushed)| flushed && seg.in_write_order())
                 {
+                    r.how = How::PageCache;
+                }
+            }
+        }
+        // A long scan reads a flushed value stream through the page
+        // cache, asking for the whole stream at its first value: a
+        // stream holds one key range's values of one journal, which the
+        // scan is about to meet (docs/architecture.md §Value streams).
+        if scan.is_long() {
+            for r in runs.iter_mut() {
+                if let Some((seg, true)) = self.segment(r.segment)
+                    && seg.kind() == SegmentKind::Stream
+                {
+                    seg.will_need_once();
                     r.how = How::PageCache;
                 }
             }

@@ -804,7 +804,7 @@ impl ChunkShare {
     /// order, and scans do not share its runs.
     fn guess_successor<'v>(&self, from: u64, version: &'v Version) -> Option<&'v Arc<SegmentFile>> {
         let (&number, next) = version.segments.range(from + 1..).next()?;
-        if next.file.is_journal() {
+        if next.file.in_write_order() {
             return None;
         }
         let mut map = self.map.lock();

@@ -27,6 +27,7 @@ use crate::cache::BlockCache;
 use crate::db::{Bg, Counters, Inner, Journal, State};
 use crate::error::{Error, Result};
 use crate::format::batch as batch_codec;
+use crate::format::key::Kind;
 use crate::format::log::{self, Framing, RecordKind, Tail};
 use crate::format::manifest::{
     Edit, MANIFEST_FORMAT, MANIFEST_FORMAT_IDENTIFIED, MANIFEST_FORMAT_MIN,
@@ -34,6 +35,7 @@ use crate::format::manifest::{
 };
 use crate::format::stage as stage_format;
 use crate::format::table::TableOptions;
+use crate::format::vptr::ValuePtr;
 use crate::io::{self, Fs};
 use crate::limits::SEQNO_MAX;
 use crate::memtable::Memtable;
@@ -162,7 +164,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         let mut has_data = false;
         for (name, kind) in names.iter().zip(&kinds) {
             has_data |= match kind {
-                FileKind::Table(_) | FileKind::Values(_) => true,
+                FileKind::Table(_) | FileKind::Values(_) | FileKind::Stream(_) => true,
                 // Whichever build was creating it.
                 FileKind::Journal(n) => {
                     journal_holds_record(&*fs, &dir.join(name), Framing::Numbered(*n))?
@@ -201,6 +203,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             | FileKind::Journal(n)
             | FileKind::Table(n)
             | FileKind::Values(n)
+            | FileKind::Stream(n)
             | FileKind::Free(n) => Some(*n),
             _ => None,
         })
@@ -344,7 +347,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             FileKind::Journal(n) => *n < journal_number && !rec.version.segments.contains_key(n),
             FileKind::Manifest(n) => *n != manifest_number,
             FileKind::Table(n) => !live.contains(n),
-            FileKind::Values(n) => !rec.version.segments.contains_key(n),
+            FileKind::Values(n) | FileKind::Stream(n) => !rec.version.segments.contains_key(n),
             FileKind::Temp => true,
             // Its content was replayed above; a handle without direct
             // journals has no use for it.
@@ -356,17 +359,28 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         }
     }
 
+    // The new journal's value streams: one, until a sealed journal's
+    // keys show where to cut.
+    let streams = (opts.value_partitions > 0).then(|| {
+        let first = next_file.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Arc::new(crate::write::streams::Streams::new(
+            &reaper,
+            journal_number,
+            first,
+            Vec::new(),
+        ))
+    });
+
     Ok(Inner {
         db_id,
         dir: dir.clone(),
         fs: fs.clone(),
         table_opts,
         state: RwLock::new(State {
-            mem: Arc::new(Memtable::with_segment(SegmentFile::new_journal(
-                &reaper,
-                journal_number,
-                journal_file.reader(),
-            ))),
+            mem: Arc::new(Memtable::with_segment(
+                SegmentFile::new_journal(&reaper, journal_number, journal_file.reader()),
+                streams.clone(),
+            )),
             sealed: Vec::new(),
             pressure: crate::compaction::write_pressure(
                 &rec.version,
@@ -385,6 +399,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             recent: crate::txn::recent::RecentWrites::new(rec.last_seqno + 1),
             presync: None,
             presync_at: crate::write::PRESYNC_BYTES,
+            streams,
         }),
         manifest: Mutex::new(manifest),
         compaction_lock: Mutex::new(()),
@@ -640,7 +655,7 @@ fn check_files_present(dir: &Path, kinds: &[FileKind], rec: &Recovered) -> Resul
     for k in kinds {
         match k {
             FileKind::Table(n) => tables.insert(*n),
-            FileKind::Journal(n) | FileKind::Values(n) => journals.insert(*n),
+            FileKind::Journal(n) | FileKind::Values(n) | FileKind::Stream(n) => journals.insert(*n),
             _ => false,
         };
     }
@@ -777,6 +792,7 @@ fn replay_journal(
     } else {
         u64::MAX
     };
+    let mut streams = StreamFiles::default();
     for (offset, kind, payload) in records {
         let bad = |d: String| Error::corruption(&path, offset, d);
         let Some((_, payload)) = batch_codec::split_journal_record(kind, payload) else {
@@ -813,7 +829,34 @@ fn replay_journal(
         // `payload` borrows from `data`, the whole file: its distance from
         // the start is its offset in the journal.
         let at = (payload.as_ptr() as usize - data.as_ptr() as usize) as u64;
-        let place = last.is_some_and(|l| l <= vouched).then_some((at, &rule));
+        let synced = last.is_some_and(|l| l <= vouched);
+        let place = synced.then_some((at, &rule));
+        // Values in value streams: a synced record's stay there (the
+        // sync that vouched for it synced its streams first, and reads
+        // check each value); an unsynced record's are copied into the
+        // tables, like its inline values, and the first that is missing
+        // or does not match its pointer ends the journal as a torn tail
+        // would (unsynced appends reach the device in any order).
+        let inlined;
+        let payload = if batch.ops.iter().any(|op| op.kind == Kind::Pointer) {
+            let got = if synced {
+                streams.check_present(fs, dir, &batch).map(|()| None)
+            } else {
+                streams.inline(fs, dir, &batch).map(Some)
+            };
+            match got {
+                Ok(None) => payload,
+                Ok(Some(rep)) => {
+                    inlined = rep;
+                    &inlined[..]
+                }
+                Err(StreamMiss::Io(e)) => return Err(e),
+                Err(StreamMiss::Absent(_)) if may_be_torn && !synced => break,
+                Err(StreamMiss::Absent(d)) => return Err(bad(d)),
+            }
+        } else {
+            payload
+        };
         let seqno = insert_batch(&mut mem.writer(), payload, batch.first_seqno, place, None)
             .map_err(bad)?;
         *last_seqno = (*last_seqno).max(seqno - 1);
@@ -822,6 +865,104 @@ fn replay_journal(
         }
     }
     Ok(())
+}
+
+/// The value streams replay reads (`write/streams.rs`), opened once each.
+#[derive(Default)]
+struct StreamFiles {
+    open: std::collections::HashMap<u64, Option<Arc<dyn crate::io::FileRead>>>,
+}
+
+/// Why a record's values could not be taken from their streams.
+enum StreamMiss {
+    /// Missing, short or not matching the pointer: what an unsynced
+    /// append that never reached the device leaves.
+    Absent(String),
+    /// The device failed a read: the open fails, nothing is judged.
+    Io(Error),
+}
+
+impl StreamFiles {
+    fn get(
+        &mut self,
+        fs: &dyn Fs,
+        dir: &Path,
+        number: u64,
+    ) -> std::result::Result<Option<&Arc<dyn crate::io::FileRead>>, StreamMiss> {
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.open.entry(number) {
+            let path = files::stream(dir, number);
+            let file = match fs.open(&path) {
+                Ok(f) => Some(f),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => {
+                    let what = format!("opening value stream {}", path.display());
+                    return Err(StreamMiss::Io(Error::io(what, e)));
+                }
+            };
+            slot.insert(file);
+        }
+        Ok(self.open.get(&number).and_then(Option::as_ref))
+    }
+
+    /// Every value stream `batch`'s pointer ops name exists.
+    fn check_present(
+        &mut self,
+        fs: &dyn Fs,
+        dir: &Path,
+        batch: &batch_codec::Decoded<'_>,
+    ) -> std::result::Result<(), StreamMiss> {
+        for op in batch.ops.iter().filter(|op| op.kind == Kind::Pointer) {
+            let ptr = ValuePtr::decode(op.value)
+                .ok_or_else(|| StreamMiss::Absent("malformed value pointer in a batch".into()))?;
+            if self.get(fs, dir, ptr.segment)?.is_none() {
+                return Err(StreamMiss::Absent(format!(
+                    "value stream {} named by a synced journal record is missing",
+                    ptr.segment
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `batch` with each pointer op's value read from its stream and put
+    /// back inline.
+    fn inline(
+        &mut self,
+        fs: &dyn Fs,
+        dir: &Path,
+        batch: &batch_codec::Decoded<'_>,
+    ) -> std::result::Result<Vec<u8>, StreamMiss> {
+        let mut rep = batch_codec::new_payload();
+        for op in &batch.ops {
+            if op.kind != Kind::Pointer {
+                batch_codec::push_op(&mut rep, op.kind, op.key, op.value);
+                continue;
+            }
+            let ptr = ValuePtr::decode(op.value)
+                .ok_or_else(|| StreamMiss::Absent("malformed value pointer in a batch".into()))?;
+            let absent = || {
+                StreamMiss::Absent(format!(
+                    "value of {} bytes at {} of value stream {} is missing or damaged",
+                    ptr.len, ptr.offset, ptr.segment
+                ))
+            };
+            let file = self.get(fs, dir, ptr.segment)?.ok_or_else(absent)?;
+            let mut value = vec![0u8; ptr.len as usize];
+            match file.read_exact_at(&mut value, ptr.offset) {
+                Ok(()) if ptr.matches(&value) => {}
+                Ok(()) => return Err(absent()),
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(absent()),
+                Err(e) => {
+                    let what = format!("reading value stream {}", ptr.segment);
+                    return Err(StreamMiss::Io(Error::io(what, e)));
+                }
+            }
+            batch_codec::push_op(&mut rep, Kind::Put, op.key, &value);
+        }
+        batch_codec::set_count(&mut rep, batch.ops.len() as u32);
+        batch_codec::set_seqno(&mut rep, batch.first_seqno);
+        Ok(rep)
+    }
 }
 
 /// The newest journal's bytes with the records only the staging ring

@@ -7,6 +7,7 @@
 //! | `NNNNNN.journal`   | write-ahead journal                     |
 //! | `NNNNNN.table`     | sorted table                            |
 //! | `NNNNNN.values`    | values a compaction moved out of a journal |
+//! | `NNNNNN.stream`    | one partition's unsynced values of one journal |
 //! | `NNNNNN.free`      | a journal file kept for reuse as a new journal |
 //! | `LOCK`             | held by the open handle                 |
 //! | `STAGE`            | the direct journal's staging ring       |
@@ -31,6 +32,9 @@ pub fn table(dir: &Path, n: u64) -> PathBuf {
 pub fn values(dir: &Path, n: u64) -> PathBuf {
     dir.join(format!("{n:06}.values"))
 }
+pub fn stream(dir: &Path, n: u64) -> PathBuf {
+    dir.join(format!("{n:06}.stream"))
+}
 pub fn stage(dir: &Path) -> PathBuf {
     dir.join("STAGE")
 }
@@ -46,6 +50,7 @@ pub enum FileKind {
     Journal(u64),
     Table(u64),
     Values(u64),
+    Stream(u64),
     Free(u64),
     Temp,
     Lock,
@@ -77,6 +82,9 @@ pub fn parse(name: &str) -> FileKind {
     }
     if let Some(n) = name.strip_suffix(".values").and_then(|s| s.parse().ok()) {
         return FileKind::Values(n);
+    }
+    if let Some(n) = name.strip_suffix(".stream").and_then(|s| s.parse().ok()) {
+        return FileKind::Stream(n);
     }
     if let Some(n) = name.strip_suffix(".free").and_then(|s| s.parse().ok()) {
         return FileKind::Free(n);

@@ -314,7 +314,7 @@ impl Version {
     pub fn value_bytes_unsettled(&self) -> u64 {
         self.segments
             .values()
-            .filter(|s| s.file.is_journal())
+            .filter(|s| s.file.in_write_order())
             .map(|s| s.live)
             .sum()
     }

@@ -18,7 +18,17 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
-/// One journal segment, opened for reading on first use.
+/// The three files a value pointer may name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentKind {
+    Journal,
+    /// A value stream (`write/streams.rs`): one key range's separated
+    /// values of one journal's unsynced writes.
+    Stream,
+    Values,
+}
+
+/// One value segment, opened for reading on first use.
 pub struct SegmentFile {
     pub number: u64,
     reader: OnceLock<Arc<dyn FileRead>>,
@@ -28,8 +38,10 @@ pub struct SegmentFile {
     /// A journal this process created (journal format 3, every record
     /// numbered): kept for reuse when obsolete rather than deleted.
     recyclable: AtomicBool,
-    /// Whether the segment is a journal (else a values file), once asked.
-    journal: OnceLock<bool>,
+    /// What file it is, once asked (or set by its creator).
+    kind: OnceLock<SegmentKind>,
+    /// `will_need_once` has asked for the whole file.
+    asked_whole: AtomicBool,
     reaper: Arc<Reaper>,
 }
 
@@ -48,7 +60,8 @@ impl SegmentFile {
             direct: OnceLock::new(),
             obsolete: AtomicBool::new(false),
             recyclable: AtomicBool::new(false),
-            journal: OnceLock::new(),
+            kind: OnceLock::new(),
+            asked_whole: AtomicBool::new(false),
             reaper: reaper.clone(),
         });
         map.insert(number, Arc::downgrade(&s));
@@ -67,10 +80,19 @@ impl SegmentFile {
     ) -> Arc<SegmentFile> {
         let segment = SegmentFile::get(reaper, number);
         segment.recyclable.store(true, Ordering::Release);
+        let _ = segment.kind.set(SegmentKind::Journal);
         if let Some(r) = reader {
             r.advise_random();
             let _ = segment.reader.set(r);
         }
+        segment
+    }
+
+    /// The handle of value stream `number`, which this process has just
+    /// created (`write/streams.rs`).
+    pub fn new_stream(reaper: &Arc<Reaper>, number: u64) -> Arc<SegmentFile> {
+        let segment = SegmentFile::get(reaper, number);
+        let _ = segment.kind.set(SegmentKind::Stream);
         segment
     }
 
@@ -83,21 +105,12 @@ impl SegmentFile {
         if let Some(r) = slot.get() {
             return Ok(r);
         }
-        // File numbers are unique: a segment is a journal or a values file
-        // (written by a compaction that moved values), never both.
-        let (fs, dir) = (&self.reaper.fs, &self.reaper.dir);
-        let open = |p: &std::path::Path| {
-            if direct {
-                fs.open_direct(p)
-            } else {
-                fs.open(p)
-            }
-        };
-        let r = match open(&files::journal(dir, self.number)) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                open(&files::values(dir, self.number))?
-            }
-            other => other?,
+        // File numbers are unique: a segment is one of the three kinds.
+        let (fs, path) = (&self.reaper.fs, self.path());
+        let r = if direct {
+            fs.open_direct(&path)?
+        } else {
+            fs.open(&path)?
         };
         if !direct {
             r.advise_random();
@@ -112,6 +125,15 @@ impl SegmentFile {
     pub fn will_need(&self) {
         if let Ok(r) = self.handle(&self.reader, false) {
             r.will_need();
+        }
+    }
+
+    /// [`SegmentFile::will_need`], the first time only: how a long scan
+    /// reads a value stream, which holds one key range's values of one
+    /// journal — the scan will want most of it soon.
+    pub fn will_need_once(&self) {
+        if !self.asked_whole.swap(true, Ordering::Relaxed) {
+            self.will_need();
         }
     }
 
@@ -233,22 +255,35 @@ impl SegmentFile {
         Ok((got == len).then_some(buf))
     }
 
-    /// True if the segment is a journal (values in write order), false if
-    /// it is a values file (values a compaction wrote, in key order).
-    pub fn is_journal(&self) -> bool {
-        *self.journal.get_or_init(|| {
-            self.reaper
-                .fs
-                .exists(&files::journal(&self.reaper.dir, self.number))
+    /// What file the segment is, looked up once: a journal or a value
+    /// stream (values in write order), or a values file (values a
+    /// compaction wrote, in key order).
+    pub fn kind(&self) -> SegmentKind {
+        *self.kind.get_or_init(|| {
+            let (fs, dir) = (&self.reaper.fs, &self.reaper.dir);
+            if fs.exists(&files::journal(dir, self.number)) {
+                SegmentKind::Journal
+            } else if fs.exists(&files::stream(dir, self.number)) {
+                SegmentKind::Stream
+            } else {
+                SegmentKind::Values
+            }
         })
     }
 
-    /// The segment's file: its journal, or its values file.
+    /// True if the segment's values lie in write order (a journal or a
+    /// value stream): what settling moves into key order.
+    pub fn in_write_order(&self) -> bool {
+        self.kind() != SegmentKind::Values
+    }
+
+    /// The segment's file: its journal, value stream or values file.
     pub fn path(&self) -> std::path::PathBuf {
-        if self.is_journal() {
-            files::journal(&self.reaper.dir, self.number)
-        } else {
-            files::values(&self.reaper.dir, self.number)
+        let dir = &self.reaper.dir;
+        match self.kind() {
+            SegmentKind::Journal => files::journal(dir, self.number),
+            SegmentKind::Stream => files::stream(dir, self.number),
+            SegmentKind::Values => files::values(dir, self.number),
         }
     }
 
@@ -271,10 +306,7 @@ impl Drop for SegmentFile {
                 return;
             }
             // A failed delete leaves an orphan that the next open removes.
-            let (fs, dir) = (&self.reaper.fs, &self.reaper.dir);
-            if fs.remove(&files::journal(dir, self.number)).is_err() {
-                let _ = fs.remove(&files::values(dir, self.number));
-            }
+            let _ = self.reaper.fs.remove(&self.path());
         }
     }
 }

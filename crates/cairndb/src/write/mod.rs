@@ -19,6 +19,7 @@ pub mod batch;
 pub(crate) mod queue;
 #[cfg(all(test, loom))]
 mod seqno_model;
+pub(crate) mod streams;
 
 use crate::db::Inner;
 use crate::error::{Error, Result};
@@ -44,6 +45,11 @@ use std::time::{Duration, Instant};
 /// also holds its result slot and wake-up).
 pub(crate) struct Pending {
     rep: Vec<u8>,
+    /// The batch with its large values in value streams: (the journal
+    /// whose streams hold them, the batch with pointer ops in their
+    /// place). Committed in that journal only; in a later one `rep`
+    /// goes, values inline (`write/streams.rs`).
+    placed: Option<(u64, Vec<u8>)>,
     count: u32,
     sync: bool,
     /// A transaction's conflict check, run by the leader just before the
@@ -53,6 +59,25 @@ pub(crate) struct Pending {
     rejected: crate::sync::Mutex<Option<Error>>,
     /// Set by the leader: the seqno of the batch's last op.
     assigned: std::sync::atomic::AtomicU64,
+}
+
+impl Pending {
+    /// The batch as it goes into journal `journal`.
+    fn rep_for(&self, journal: u64) -> &[u8] {
+        match &self.placed {
+            Some((placed_in, rep)) if *placed_in == journal => rep,
+            _ => &self.rep,
+        }
+    }
+}
+
+/// Syncs the streams of a journal before the journal itself: a sync that
+/// vouches for records vouches for the values they point to.
+fn sync_streams(streams: &Option<Arc<streams::Streams>>) -> std::io::Result<()> {
+    match streams {
+        Some(s) => s.sync_dirty(),
+        None => Ok(()),
+    }
 }
 
 /// Longest pause a writer takes per group while compaction is behind.
@@ -196,8 +221,11 @@ impl Inserts {
             // copy with values kept inline.
             let (rep, place) = match at {
                 Some(Placed::Buf(r, at)) => (&self.buf[r.clone()], Some((*at, &self.separate))),
-                Some(Placed::Own(at)) => (&p.rep[..], Some((*at, &self.separate))),
-                None => (&p.rep[..], None),
+                Some(Placed::Own(at)) => (
+                    p.rep_for(self.separate.segment),
+                    Some((*at, &self.separate)),
+                ),
+                None => (p.rep_for(self.separate.segment), None),
             };
             insert_batch(&mut mem, rep, *first, place, recent.as_deref_mut())?;
         }
@@ -211,7 +239,7 @@ impl Inserts {
         for &(upto, i) in &self.owns {
             file.append(&self.buf[from..upto])?;
             let (p, _, _) = &self.items[i];
-            file.append(&p.rep[8..])?;
+            file.append(&p.rep_for(self.separate.segment)[8..])?;
             from = upto;
         }
         if from < self.buf.len() {
@@ -236,8 +264,20 @@ impl Inner {
         check: Option<Validation>,
     ) -> Result<u64> {
         let count = batch.len() as u32;
+        // Unsynced large values go to the value streams now, before the
+        // queue: each writer appends its own, in parallel with the others.
+        let placed = if !opts.sync && self.opts.value_partitions > 0 {
+            let streams = self.state.read().mem.streams().cloned();
+            streams.and_then(|s| {
+                s.place(&batch.rep, self.opts.value_separation_min)
+                    .map(|rep| (s.journal, rep))
+            })
+        } else {
+            None
+        };
         let me = Arc::new(Pending {
             rep: batch.rep,
+            placed,
             count,
             sync: opts.sync,
             check,
@@ -330,12 +370,10 @@ impl Inner {
         };
         let first = self.last_seqno.load(Ordering::Acquire) + 1;
         let mut next = first;
+        let number = journal.number;
         let copied = |p: &Pending| {
-            if p.rep.len() > GROUP_COPY_MAX {
-                32
-            } else {
-                p.rep.len() + 32
-            }
+            let len = p.rep_for(number).len();
+            if len > GROUP_COPY_MAX { 32 } else { len + 32 }
         };
         let mut buf = Vec::with_capacity(group.iter().map(|p| copied(p)).sum());
         // Where each member's batch lies, so the memtable can point at
@@ -346,12 +384,13 @@ impl Inner {
         let mut owns: Vec<(usize, usize)> = Vec::new();
         let mut own_bytes = 0u64;
         for (i, p) in live().enumerate() {
+            let rep = p.rep_for(number);
             if self.opts.sabotage.split_batches {
                 next = codec::encode_split(
                     &mut buf,
                     journal_seed(journal.number, self.db_id),
                     journal.synced_seqno,
-                    &p.rep,
+                    rep,
                     next,
                 );
                 placed.push(None);
@@ -360,19 +399,19 @@ impl Inner {
             let at = buf.len() + codec::JOURNAL_BATCH_AT;
             let journal_at = base + at as u64 + own_bytes;
             let seed = journal_seed(journal.number, self.db_id);
-            if p.rep.len() > GROUP_COPY_MAX {
+            if rep.len() > GROUP_COPY_MAX {
                 codec::encode_journal_record_head_at(
                     &mut buf,
                     seed,
                     journal.synced_seqno,
                     next,
-                    &p.rep,
+                    rep,
                 );
                 owns.push((buf.len(), i));
-                own_bytes += (p.rep.len() - 8) as u64;
+                own_bytes += (rep.len() - 8) as u64;
                 placed.push(Some(Placed::Own(journal_at)));
             } else {
-                codec::encode_journal_record_at(&mut buf, seed, journal.synced_seqno, next, &p.rep);
+                codec::encode_journal_record_at(&mut buf, seed, journal.synced_seqno, next, rep);
                 placed.push(Some(Placed::Buf(at..buf.len(), journal_at)));
             }
             next += u64::from(p.count);
@@ -385,6 +424,7 @@ impl Inner {
             });
         }
         let journal = &mut *journal;
+        let streams = journal.streams.clone();
         let Some(file) = journal.file.as_mut() else {
             return Err(Error::Closed);
         };
@@ -540,14 +580,14 @@ impl Inner {
         }
         let inserted = match worker {
             Some(rx) => {
-                let synced = file.sync();
+                let synced = sync_streams(&streams).and_then(|()| file.sync());
                 let inserted = join(journal, rx);
                 self.synced(journal, synced, next)?;
                 (inserted, inserts)
             }
             None => {
                 if sync {
-                    let synced = file.sync();
+                    let synced = sync_streams(&streams).and_then(|()| file.sync());
                     self.synced(journal, synced, next)?;
                 }
                 let inserted = inserts.run(record.then_some(&mut journal.recent));
@@ -607,12 +647,15 @@ impl Inner {
             // Without a compaction thread nothing would relieve level 0, so
             // pacing and the level-0 stop apply only when one runs.
             let background = self.opts.background_compaction;
-            let journal_full = self
-                .journal
-                .lock()
-                .file
-                .as_ref()
-                .is_some_and(|f| f.len() >= self.opts.journal_bytes);
+            // A journal's size counts its value streams' bytes.
+            let journal_full = {
+                let journal = self.journal.lock();
+                let streamed = journal.streams.as_ref().map_or(0, |s| s.bytes());
+                journal
+                    .file
+                    .as_ref()
+                    .is_some_and(|f| f.len() + streamed >= self.opts.journal_bytes)
+            };
             let (mem_bytes, sealed, pressure, l0) = {
                 let s = self.state.read();
                 // A full journal counts as a full memtable.
@@ -656,6 +699,30 @@ impl Inner {
         }
     }
 
+    /// The value streams of new journal `journal`
+    /// (`Options::value_partitions`), cut at the keys `before` (the
+    /// streams of the journal before it) sampled; one stream while there
+    /// is no sample.
+    pub(crate) fn new_streams(
+        &self,
+        journal: u64,
+        before: Option<&streams::Streams>,
+    ) -> Option<Arc<streams::Streams>> {
+        let partitions = self.opts.value_partitions;
+        if partitions == 0 {
+            return None;
+        }
+        let bounds = before.map_or_else(Vec::new, |b| b.next_bounds(partitions));
+        let count = bounds.len() as u64 + 1;
+        let first = self.next_file.fetch_add(count, Ordering::SeqCst);
+        Some(Arc::new(streams::Streams::new(
+            &self.reaper,
+            journal,
+            first,
+            bounds,
+        )))
+    }
+
     fn stall(&self) {
         let start = Instant::now();
         let mut bg = self.bg.lock();
@@ -681,10 +748,16 @@ impl Inner {
         // end in anything but an intact record (recovery's torn-tail rule).
         // A background sync's failure is this sync's.
         let presynced = join_presync(&mut journal.presync);
+        let sealed_streams = journal.streams.clone();
         let Some(file) = journal.file.as_mut() else {
             return Err(Error::Closed);
         };
-        if let Err(e) = presynced.and_then(|()| file.trim().and_then(|()| file.sync())) {
+        // The streams are sealed first: a batch placed in them from now
+        // on is committed with its values inline (`Pending::rep_for`).
+        let synced = presynced
+            .and_then(|()| sealed_streams.as_ref().map_or(Ok(()), |s| s.seal()))
+            .and_then(|()| file.trim().and_then(|()| file.sync()));
+        if let Err(e) = synced {
             journal.poisoned = true;
             self.poison("journal sync", &e);
             return Err(Error::io("syncing the journal", e));
@@ -702,23 +775,28 @@ impl Inner {
                 Error::io(format!("creating journal {}", path.display()), e)
             })?;
         let reader = new_file.reader();
+        let streams = self.new_streams(number, sealed_streams.as_deref());
         journal.file = Some(new_file);
         journal.number = number;
         journal.presync_at = PRESYNC_BYTES;
+        journal.streams = streams.clone();
         let sealed = {
             let mut s = self.state.write();
             let segment = SegmentFile::new_journal(&self.reaper, number, reader);
-            let fresh = Memtable::with_segment(segment);
+            let fresh = Memtable::with_segment(segment, streams);
             let old = std::mem::replace(&mut s.mem, Arc::new(fresh));
-            let sealed = old.segment().map(|seg| seg.number);
+            let mut sealed: Vec<u64> = old.segment().map(|seg| seg.number).into_iter().collect();
+            if let Some(streams) = old.streams() {
+                sealed.extend(streams.segments().map(|seg| seg.number));
+            }
             s.sealed.push(old);
             sealed
         };
         drop(journal);
         // `warm_written_values`: the journal just sealed is read into the
         // page cache once writes pause.
-        if let Some(sealed) = sealed {
-            crate::compaction::warm_later(self, &[sealed]);
+        if !sealed.is_empty() {
+            crate::compaction::warm_later(self, &sealed);
         }
         self.notify_bg();
         Ok(())

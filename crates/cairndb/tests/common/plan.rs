@@ -58,6 +58,9 @@ pub struct Plan {
     /// `Options::journal_prewrite`: on in most plans, so appends overwrite
     /// pre-written blocks; off in some, so journals only grow.
     pub journal_prewrite: bool,
+    /// `Options::value_partitions`: 4 in half the plans (unsynced large
+    /// values in value streams), 0 in the others.
+    pub value_partitions: usize,
 }
 
 pub fn plan(seed: u64) -> Plan {
@@ -105,6 +108,7 @@ pub fn plan(seed: u64) -> Plan {
             _ => 0.5,
         },
         journal_prewrite: seed % 6 != 5,
+        value_partitions: if seed.is_multiple_of(2) { 4 } else { 0 },
     }
 }
 
@@ -161,6 +165,7 @@ pub fn options(plan: &Plan, fs: &MemFs, sabotage: Sabotage) -> Options {
         journal_bytes: plan.journal_bytes,
         value_gc_live_ratio: plan.value_gc_live_ratio,
         journal_prewrite: plan.journal_prewrite,
+        value_partitions: plan.value_partitions,
         sabotage,
         ..Options::default()
     }
