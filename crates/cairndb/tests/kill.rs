@@ -222,7 +222,21 @@ fn kill_child_writer() {
     let first = env_u64(ENV_FIRST).expect("child first batch id");
     let started = Instant::now();
     let direct = std::env::var_os(ENV_DIRECT).is_some();
-    let db = Db::open(&dir, options(direct)).expect("child: open");
+    // The parent closed its handle on `dir` before starting this child,
+    // but a sibling child the other kill loop forked at that moment holds
+    // a copy of its descriptors (and so of the directory lock) until it
+    // execs: a lock refused for that moment is waited out.
+    let db = loop {
+        match Db::open(&dir, options(direct)) {
+            Err(cairndb::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::WouldBlock
+                    && started.elapsed() < Duration::from_secs(5) =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => break other.expect("child: open"),
+        }
+    };
     let mut out = std::io::stdout().lock();
     // The harness has printed `test kill_child_writer ... ` without a
     // newline: end that line so every ack starts its own.
