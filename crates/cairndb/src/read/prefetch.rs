@@ -152,15 +152,14 @@ impl ReadView {
             }
         }
         // A long scan reads a flushed value stream through the page
-        // cache, asking for the whole stream at its first value: a
-        // stream holds one key range's values of one journal, which the
+        // cache, asking for the whole stream when a read misses it (below):
+        // a stream holds one key range's values of one journal, which the
         // scan is about to meet (docs/architecture.md §Value streams).
         if scan.is_long() {
             for r in runs.iter_mut() {
                 if let Some((seg, true)) = self.segment(r.segment)
                     && seg.kind() == SegmentKind::Stream
                 {
-                    seg.will_need_once();
                     r.how = How::PageCache;
                 }
             }
@@ -205,6 +204,9 @@ impl ReadView {
                             run.slice(Some(&span))
                         }
                         None => {
+                            if scan.is_long() && seg.kind() == SegmentKind::Stream {
+                                seg.will_need_after_miss();
+                            }
                             device.push(run);
                             continue;
                         }
