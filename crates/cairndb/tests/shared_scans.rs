@@ -372,6 +372,29 @@ fn borrowed_scans_lend_values_out_of_shared_chunks() {
     assert!(owned == lent, "next and next_ref yield the same entries");
 }
 
+/// Options for `N` values on real files in `dir`, read with
+/// `CachedElseDirect`; the values written far from key order (so they stay
+/// where they were written: in journals, or with `value_partitions` in
+/// value streams), flushed, and the database closed.
+fn written_scattered(dir: &Path, value_partitions: usize) -> Options {
+    let opts = Options {
+        value_reads: cairndb::ValueReads::CachedElseDirect,
+        background_compaction: false,
+        settle_after_idle: None,
+        warm_written_values: false,
+        memtable_bytes: 1 << 20,
+        value_partitions,
+        ..Options::default()
+    };
+    let db = Db::open(dir, opts.clone()).expect("open");
+    for i in (0..N).map(|i| (i * 2749) % N) {
+        db.put(key(i), value(i)).expect("put");
+    }
+    db.flush().expect("flush");
+    db.close().expect("close");
+    opts
+}
+
 /// Values still in journals, in write order, scanned by two long scans at
 /// once: their scattered reads go through the page cache, where one
 /// scan's read serves the other, instead of each reading every value
@@ -381,26 +404,9 @@ fn borrowed_scans_lend_values_out_of_shared_chunks() {
 #[test]
 fn long_scans_together_share_scattered_reads_through_the_page_cache() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        value_reads: cairndb::ValueReads::CachedElseDirect,
-        background_compaction: false,
-        settle_after_idle: None,
-        warm_written_values: false,
-        memtable_bytes: 1 << 20,
-        // Values in journals; value streams are read through the page
-        // cache by any long scan (`a_long_scan_reads_value_streams_whole`).
-        value_partitions: 0,
-        ..Options::default()
-    };
-    let n = N;
-    let db = Db::open(tmp.path(), opts.clone()).expect("open");
-    // Far from key order: the values stay where they were written.
-    for i in (0..n).map(|i| (i * 2749) % n) {
-        db.put(key(i), value(i)).expect("put");
-    }
-    db.flush().expect("flush");
-    db.close().expect("close");
-
+    // Values in journals; value streams are read through the page cache
+    // by any long scan (`a_long_scan_reads_value_streams_whole`).
+    let opts = written_scattered(tmp.path(), 0);
     let db = Db::open(tmp.path(), opts).expect("reopen");
     scan_all(&db);
     let alone = db.stats();
@@ -424,29 +430,15 @@ fn long_scans_together_share_scattered_reads_through_the_page_cache() {
 
 /// Values written far from key order into value streams:
 /// a lone long scan reads each flushed stream through the page cache,
-/// asking for it whole at its first value, instead of reading every
-/// value directly as it does for values in journals
+/// asking for it whole when a read misses the cache, instead of reading
+/// every value directly as it does for values in journals
 /// (`long_scans_together_share_scattered_reads_through_the_page_cache`).
 /// Only the scan's first window, before it counts as long, reads
 /// directly. On real files: the simulated file system has no page cache.
 #[test]
 fn a_long_scan_reads_value_streams_whole() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        value_reads: cairndb::ValueReads::CachedElseDirect,
-        background_compaction: false,
-        settle_after_idle: None,
-        warm_written_values: false,
-        memtable_bytes: 1 << 20,
-        value_partitions: 32,
-        ..Options::default()
-    };
-    let db = Db::open(tmp.path(), opts.clone()).expect("open");
-    for i in (0..N).map(|i| (i * 2749) % N) {
-        db.put(key(i), value(i)).expect("put");
-    }
-    db.flush().expect("flush");
-    db.close().expect("close");
+    let opts = written_scattered(tmp.path(), 32);
     let streams = std::fs::read_dir(tmp.path())
         .expect("list")
         .filter(|e| {
