@@ -630,6 +630,9 @@ impl Db {
             scan_laggard_waits: inner.share.laggard_waits(),
             scan_chunks_read_ahead: inner.share.ahead_reads(),
             scan_new_buffers: inner.share.new_buffers(),
+            scan_stream_chunk_reads: inner.share.streams.reads().0,
+            scan_stream_bytes_read: inner.share.streams.reads().1,
+            scan_stream_chunk_waits: inner.share.streams.waits(),
             value_bytes_moved: inner.counters.value_bytes_moved.load(Ordering::Relaxed),
             value_bytes_settled: inner.counters.value_bytes_settled.load(Ordering::Relaxed),
             value_bytes_scanned_scattered: inner.policy.scattered(),
@@ -729,6 +732,15 @@ pub struct Stats {
     /// for the first time since open; every other chunk read reused one.
     /// A new buffer's memory is faulted in by its first read.
     pub scan_new_buffers: u64,
+    /// Chunks of flushed value streams long scans read whole since open
+    /// (each read once for every long scan that needed it while it was
+    /// kept), and their bytes: against the streams' bytes, how many times
+    /// over scans read them.
+    pub scan_stream_chunk_reads: u64,
+    pub scan_stream_bytes_read: u64,
+    /// Times a long scan waited for a stream chunk being read for another
+    /// scan (or read ahead for its own window).
+    pub scan_stream_chunk_waits: u64,
     /// Separated value bytes compactions moved to values files since
     /// open (value GC and settling).
     pub value_bytes_moved: u64,

@@ -244,3 +244,89 @@ fn an_unsynced_value_missing_from_its_stream_ends_the_journal_there() {
     db.put(key(n), value(n, 0)).expect("put");
     assert_eq!(db.get(key(n)).expect("get"), Some(value(n, 0)));
 }
+
+/// Flushed streams holding `n` values written far from key order.
+fn flushed_scattered(fs: &MemFs, n: usize) -> Db {
+    let db = Db::open(dir(), opts(fs)).expect("open");
+    for i in (0..n).map(|i| (i * 337) % n) {
+        db.put(key(i), value(i, 0)).expect("put");
+    }
+    db.flush().expect("flush");
+    db.close().expect("close");
+    Db::open(dir(), opts(fs)).expect("reopen")
+}
+
+/// Long scans take flushed streams whole, once between them: four
+/// scanners at once read at most the streams' bytes (each scanning alone
+/// would read them four times), a fifth reads nothing more (the streams
+/// are kept), and values come out of the shared chunks, not one read each.
+#[test]
+fn long_scans_take_each_stream_whole_once_between_them() {
+    let fs = MemFs::new();
+    let n = 2000;
+    let db = flushed_scattered(&fs, n);
+    let stream_bytes: u64 = streams(&fs)
+        .iter()
+        .map(|s| fs.file_len(&dir().join(s)).expect("len"))
+        .sum();
+    assert!(streams(&fs).len() > 8, "{:?}", streams(&fs));
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| check(&db, n, 0, "four scans"));
+        }
+    });
+    let s = db.stats();
+    assert!(
+        s.scan_stream_bytes_read > 0 && s.scan_stream_bytes_read <= stream_bytes,
+        "four scans read {} bytes of streams holding {stream_bytes}",
+        s.scan_stream_bytes_read
+    );
+    let single = s.value_reads_direct + s.value_reads_buffered + s.value_reads_cached;
+    // `check` also reads each value once with `get`, in every scanner.
+    assert!(
+        single < (5 * n) as u64,
+        "{single} single value reads for {n} values scanned four times"
+    );
+    let rows: usize = db
+        .iter()
+        .map(|r| r.map(|_| 1))
+        .sum::<cairndb::Result<_>>()
+        .expect("scan");
+    assert_eq!(rows, n);
+    assert_eq!(db.stats().scan_stream_bytes_read, s.scan_stream_bytes_read);
+}
+
+/// A value damaged in a stream, met by a long scan taking the stream
+/// whole: the scan yields every entry before it, then the error naming the
+/// stream, not the damaged bytes.
+#[test]
+fn a_damaged_value_in_a_stream_is_reported_by_a_long_scan() {
+    let fs = MemFs::new();
+    let n = 2000;
+    let victim = 1500;
+    let db = flushed_scattered(&fs, n);
+    drop(db);
+    let needle = value(victim, 0);
+    let (name, at) = streams(&fs)
+        .into_iter()
+        .find_map(|name| {
+            let bytes = cairndb::io::read_all(&fs, &dir().join(&name)).ok()?;
+            let at = bytes.windows(needle.len()).position(|w| w == needle)?;
+            Some((name, at))
+        })
+        .expect("the value is in a stream");
+    assert!(fs.mutate_byte(&dir().join(&name), at + 2000, |b| b ^ 0x10));
+    let db = Db::open(dir(), opts(&fs)).expect("reopen");
+    let got: Vec<_> = db.iter().collect();
+    assert_eq!(got.len(), victim + 1);
+    for (i, kv) in got[..victim].iter().enumerate() {
+        assert_eq!(kv.as_ref().expect("entry"), &(key(i), value(i, 0)));
+    }
+    match &got[victim] {
+        Err(Error::Corruption { file, .. }) => {
+            assert!(file.to_string_lossy().ends_with(".stream"), "{file:?}")
+        }
+        other => panic!("a damaged value scanned as {other:?}"),
+    }
+    assert!(db.stats().scan_stream_chunk_reads > 0);
+}

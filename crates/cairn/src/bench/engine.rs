@@ -414,13 +414,17 @@ impl Engine for CairnEngine {
     fn scan_note(&self) -> Option<String> {
         let s = self.db.stats();
         Some(format!(
-            "shared scans read {} chunks of {} MiB ({} ahead) into {} new buffers, waited {} times for a read, {} for laggards; {}",
+            "shared scans read {} chunks of {} MiB ({} ahead) into {} new buffers, waited {} times for a read, {} for laggards; \
+             value streams read whole: {} chunks, {:.1} MiB, waited {} times; {}",
             s.scan_chunk_reads,
             cairndb::limits::SCAN_CHUNK_BYTES >> 20,
             s.scan_chunks_read_ahead,
             s.scan_new_buffers,
             s.scan_chunk_waits,
             s.scan_laggard_waits,
+            s.scan_stream_chunk_reads,
+            s.scan_stream_bytes_read as f64 / (1 << 20) as f64,
+            s.scan_stream_chunk_waits,
             value_reads_note(&s)
         ))
     }

@@ -11,6 +11,7 @@ pub mod iter;
 pub mod policy;
 pub mod prefetch;
 pub mod share;
+pub mod stream_share;
 
 use crate::cache::BlockCache;
 use crate::format::key::{self, Kind};

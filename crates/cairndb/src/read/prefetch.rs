@@ -19,6 +19,7 @@
 use super::ReadView;
 use super::policy::{How, Served};
 use super::share::{self, CHUNK, ChunkBytes, SHARE_RUN_MIN, Scan, Value};
+use super::stream_share::Reader as StreamReader;
 use crate::Result;
 use crate::format::vptr::ValuePtr;
 use crate::version::segments::{SegmentFile, SegmentKind};
@@ -43,6 +44,9 @@ struct Run {
     /// Read through the database's [`ChunkShare`] (a long run of a
     /// flushed segment), not into a buffer of its own.
     shared: bool,
+    /// Taken out of a flushed value stream's chunks, shared by long scans
+    /// (`StreamShare`).
+    stream: bool,
     /// How a device read of it goes: the view's `reads`, or the page
     /// cache for scattered values while long scans run together
     /// (`ReadView::load_start`).
@@ -111,6 +115,7 @@ impl ReadView {
                     end,
                     members: vec![(i, p)],
                     shared: false,
+                    stream: false,
                     how: self.reads,
                 }),
             }
@@ -151,25 +156,68 @@ impl ReadView {
                 }
             }
         }
-        // A long scan reads a flushed value stream through the page
-        // cache, asking for the whole stream when a read misses it (below):
-        // a stream holds one key range's values of one journal, which the
-        // scan is about to meet (docs/architecture.md §Value streams).
-        if scan.is_long() {
+        // A long scan takes flushed value streams whole, shared with the
+        // other long scans (`stream_share.rs`): a stream holds one key
+        // range's values of one journal, which the scan is about to meet
+        // (docs/architecture.md §Value streams). The chunks this window
+        // needs that are not kept are all read at once on the worker
+        // threads.
+        let streams = &self.share.streams;
+        let stream_reader = scan.is_long().then(|| StreamReader {
+            how: if self.reads == How::PageCache {
+                How::PageCache
+            } else {
+                How::CachedElseDirect
+            },
+            policy: self.policy.clone(),
+            workers: self.workers.clone(),
+        });
+        if let Some(reader) = &stream_reader {
+            let mut wanted: Vec<(Arc<SegmentFile>, u64)> = Vec::new();
             for r in runs.iter_mut() {
                 if let Some((seg, true)) = self.segment(r.segment)
                     && seg.kind() == SegmentKind::Stream
                 {
-                    r.how = How::PageCache;
+                    r.stream = true;
+                    for index in r.start / CHUNK..r.end.div_ceil(CHUNK) {
+                        if wanted
+                            .last()
+                            .is_none_or(|(s, i)| (s.number, *i) != (r.segment, index))
+                        {
+                            wanted.push((seg.clone(), index));
+                        }
+                    }
                 }
             }
+            streams.start(&wanted, reader);
         }
         // Runs the page cache holds (a journal still written to, or a
         // flushed segment's cached pages) are read here; the rest go to
         // the worker threads.
         let mut device = Vec::new();
+        let mut last_stream_chunk: Option<((u64, u64), ChunkBytes)> = None;
         for mut run in runs {
             let got = match self.segment(run.segment) {
+                Some((seg, true)) if run.stream => {
+                    // Runs come by segment and offset: the chunk of the
+                    // run before is most often this run's too.
+                    let how = stream_reader.as_ref().map_or(self.reads, |r| r.how);
+                    let got = run.chunks(|number, index| match &last_stream_chunk {
+                        Some((key, chunk)) if *key == (number, index) => Some(chunk.clone()),
+                        _ => {
+                            let chunk = streams.get(seg, index, how, &self.policy)?;
+                            last_stream_chunk = Some(((number, index), chunk.clone()));
+                            Some(chunk)
+                        }
+                    });
+                    match got {
+                        Some(chunks) => run.slice_chunks(&chunks, true),
+                        None => {
+                            device.push(run);
+                            continue;
+                        }
+                    }
+                }
                 // A long run of a flushed segment read ahead (a long
                 // scan: past its first 127 entries): shared with other
                 // scanners; sliced here if every chunk is kept already,
@@ -182,7 +230,7 @@ impl ReadView {
                         Some(chunks) => {
                             self.share
                                 .read_ahead(seg, run.chunk_span(), self.reads, self, scan);
-                            run.slice_chunks(&chunks)
+                            run.slice_chunks(&chunks, false)
                         }
                         None => {
                             device.push(run);
@@ -204,9 +252,6 @@ impl ReadView {
                             run.slice(Some(&span))
                         }
                         None => {
-                            if scan.is_long() && seg.kind() == SegmentKind::Stream {
-                                seg.will_need_after_miss();
-                            }
                             device.push(run);
                             continue;
                         }
@@ -406,7 +451,7 @@ impl Run {
             view.share
                 .read_ahead(seg, self.chunk_span(), how, view, scan);
             return match got {
-                Some(chunks) => self.slice_chunks(&chunks),
+                Some(chunks) => self.slice_chunks(&chunks, false),
                 None => self.slice(None),
             };
         }
@@ -441,15 +486,18 @@ impl Run {
             .collect()
     }
 
-    /// Each member's value copied out of `chunks` (those covering the
-    /// run), if it matches its pointer.
-    fn slice_chunks(&self, chunks: &[ChunkBytes]) -> Checked {
+    /// Each member's value out of `chunks` (those covering the run), if it
+    /// matches its pointer: lent if `lend` or the run is dense, else
+    /// copied.
+    fn slice_chunks(&self, chunks: &[ChunkBytes], lend: bool) -> Checked {
         let first = self.start / CHUNK;
-        // Values are lent out of their chunk only where they fill at
-        // least half the run: a lent value keeps its whole chunk alive, so
-        // an iterator's queue holds at most twice the bytes of its values.
+        // Values of the chunk share are lent out of their chunk only where
+        // they fill at least half the run: a lent value keeps its whole
+        // chunk alive, so an iterator's queue holds at most twice the
+        // bytes of its values. A stream's chunks are kept while scans are
+        // in its key range anyway (`stream_share.rs`).
         let bytes: u64 = self.members.iter().map(|(_, p)| u64::from(p.len)).sum();
-        let lend = bytes * 2 >= self.end - self.start;
+        let lend = lend || bytes * 2 >= self.end - self.start;
         self.members
             .iter()
             .map(|&(i, p)| {

@@ -136,7 +136,7 @@ impl Chunk {
     /// This buffer made ready for `len` new bytes (no value checked), if
     /// it can hold them; the bytes are left as they are (the caller
     /// overwrites them, and `truncate`s to what it wrote).
-    fn reuse(mut self, len: usize) -> Option<Chunk> {
+    pub(super) fn reuse(mut self, len: usize) -> Option<Chunk> {
         if self.mem.len() - self.skip < len || self.checked.len() < len.div_ceil(CHECK_SLOT) {
             return None;
         }
@@ -175,6 +175,11 @@ impl Chunk {
 
     pub fn bytes(&self) -> &[u8] {
         &self.mem[self.skip..self.skip + self.len]
+    }
+
+    /// The most bytes this buffer can hold (`reuse`).
+    pub fn capacity(&self) -> usize {
+        (self.mem.len() - self.skip).min(self.checked.len() * CHECK_SLOT)
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
@@ -221,9 +226,9 @@ impl Value {
 
 /// One chunk: being read (`None`) or read (`Some`: its bytes, or `None`
 /// if the read failed).
-struct Cell {
-    state: Mutex<Option<Option<ChunkBytes>>>,
-    ready: Condvar,
+pub(super) struct Cell {
+    pub(super) state: Mutex<Option<Option<ChunkBytes>>>,
+    pub(super) ready: Condvar,
     /// Some thread is reading the chunk. A cell read ahead is inserted
     /// unclaimed: its job waits in the worker pool's queue, and the first
     /// scan to need it claims it and reads it itself instead of waiting
@@ -234,7 +239,7 @@ struct Cell {
 }
 
 impl Cell {
-    fn new(claimed: bool) -> Arc<Cell> {
+    pub(super) fn new(claimed: bool) -> Arc<Cell> {
         Arc::new(Cell {
             state: Mutex::new(None),
             ready: Condvar::new(),
@@ -243,8 +248,21 @@ impl Cell {
     }
 
     /// Claims the read of this cell; false if someone has.
-    fn claim(&self) -> bool {
+    pub(super) fn claim(&self) -> bool {
         !self.claimed.swap(true, Ordering::AcqRel)
+    }
+
+    /// Waits for the read someone else claimed; its bytes, `None` if it
+    /// failed. Counts in `waits` a wait for a read still in flight.
+    pub(super) fn wait(&self, waits: &AtomicU64) -> Option<ChunkBytes> {
+        let mut state = self.state.lock();
+        if state.is_none() {
+            waits.fetch_add(1, Ordering::Relaxed);
+        }
+        while state.is_none() {
+            self.ready.wait(&mut state);
+        }
+        state.clone().flatten()
     }
 }
 
@@ -386,16 +404,14 @@ pub struct ChunkShare {
     /// Chunks read from files, and waits for a read in flight (stats).
     reads: AtomicU64,
     waits: AtomicU64,
-    /// Buffers of dropped chunks nobody held any more, for the next reads
-    /// (a new buffer costs a mapping and its page faults).
-    spare: Mutex<Vec<Chunk>>,
-    /// Chunks dropped from the map (or read for one scan alone) while a
-    /// scan still held them: their buffers become spares once the scans
-    /// let go (`recycle`), instead of being unmapped.
-    draining: Mutex<Vec<ChunkBytes>>,
+    /// Buffers of dropped chunks (and of chunks read for one scan alone),
+    /// for the next reads.
+    buffers: Recycler<SPARE_MAX, DRAINING_MAX>,
     /// Buffers mapped but not yet read into (no memory behind them until
     /// a read faults it in), mapped `FRESH_BATCH` at a time.
     fresh: Mutex<Vec<Chunk>>,
+    /// Chunks of value streams kept for long scans (`stream_share.rs`).
+    pub streams: Arc<super::stream_share::StreamShare>,
 }
 
 /// Spare buffers kept.
@@ -453,7 +469,7 @@ impl ChunkShare {
             self.taken.notify_all();
             // The chunks it held are likely let go now: their buffers are
             // not kept past `SPARE_MAX` once the last scan is gone.
-            self.recycle();
+            self.buffers.recycle();
         }
     }
 
@@ -558,18 +574,11 @@ impl ChunkShare {
             let (chunk, served) = seg.read_chunk(buffer, index * CHUNK, how).ok()?;
             policy.count(served);
             let chunk = Arc::new(chunk);
-            self.drain(chunk.clone());
+            self.buffers.drain(chunk.clone());
             return Some(chunk);
         };
         if !mine && !cell.claim() {
-            let mut state = cell.state.lock();
-            if state.is_none() {
-                self.waits.fetch_add(1, Ordering::Relaxed);
-            }
-            while state.is_none() {
-                cell.ready.wait(&mut state);
-            }
-            return state.clone().flatten();
+            return cell.wait(&self.waits);
         }
         self.fill(seg, key, &cell, how, policy)
     }
@@ -584,14 +593,19 @@ impl ChunkShare {
         how: How,
         policy: &ReadPolicy,
     ) -> Option<ChunkBytes> {
-        // The reader publishes whatever happens, so a waiter never waits
-        // for a read nobody is doing (a panic inside the read would unwind
-        // through `Publish::drop`).
         let mut publish = Publish {
-            share: self,
-            key,
             cell,
             bytes: None,
+            forget: || {
+                let mut map = self.map.lock();
+                if map
+                    .slots
+                    .get(&key)
+                    .is_some_and(|s| Arc::ptr_eq(&s.cell, cell))
+                {
+                    map.slots.remove(&key);
+                }
+            },
         };
         self.reads.fetch_add(1, Ordering::Relaxed);
         let bytes = self
@@ -821,8 +835,7 @@ impl ChunkShare {
     /// mapped for it).
     fn buffer(&self) -> std::io::Result<Chunk> {
         let len = CHUNK as usize;
-        self.recycle();
-        if let Some(spare) = self.spare.lock().pop().and_then(|c| c.reuse(len)) {
+        if let Some(spare) = self.buffers.take(len) {
             return Ok(spare);
         }
         let mut fresh = self.fresh.lock();
@@ -844,55 +857,8 @@ impl ChunkShare {
     /// Drops kept chunk `victim` (under the map lock), keeping its buffer
     /// as a spare if no scan holds the chunk any more and room is left.
     fn drop_chunk(&self, map: &mut Map, victim: (u64, u64)) {
-        match evict(map, victim) {
-            Some(Ok(buffer)) => self.keep_spare(buffer),
-            Some(Err(held)) => self.drain(held),
-            None => {}
-        }
-    }
-
-    /// Keeps `buffer` for the next read if room is left.
-    fn keep_spare(&self, buffer: Chunk) {
-        let mut spare = self.spare.lock();
-        if spare.len() < SPARE_MAX {
-            spare.push(buffer);
-        }
-    }
-
-    /// Watches `held`, a chunk no longer kept that a scan still holds, so
-    /// its buffer is reused once the scan lets go. Without this, four
-    /// scanners holding the chunks of their windows made most dropped
-    /// chunks' buffers unmapped, and many reads map and fault in a new
-    /// one (in one profiled run of the contest's range phase the kernel
-    /// zeroing new huge pages under `pread` was 14 % of its samples).
-    fn drain(&self, held: ChunkBytes) {
-        let mut draining = self.draining.lock();
-        if draining.len() >= DRAINING_MAX {
-            draining.remove(0);
-        }
-        draining.push(held);
-    }
-
-    /// Moves the buffers of watched chunks no scan holds any more to the
-    /// spares (up to `SPARE_MAX`; the rest are unmapped).
-    fn recycle(&self) {
-        let free: Vec<Chunk> = {
-            let mut draining = self.draining.lock();
-            let mut free = Vec::new();
-            let mut i = 0;
-            while i < draining.len() {
-                if Arc::strong_count(&draining[i]) == 1 {
-                    if let Ok(chunk) = Arc::try_unwrap(draining.swap_remove(i)) {
-                        free.push(chunk);
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-            free
-        };
-        for buffer in free {
-            self.keep_spare(buffer);
+        if let Some(bytes) = evict(map, victim) {
+            self.buffers.drop_chunk(bytes);
         }
     }
 
@@ -1198,33 +1164,102 @@ fn unneeded(map: &Map) -> Option<(u64, u64)> {
 /// chunk any more, else the chunk itself (to watch until they let go,
 /// `ChunkShare::drain`). Called under the map lock, so nobody can take a
 /// new reference to the dropped cell.
-fn evict(map: &mut Map, victim: (u64, u64)) -> Option<Result<Chunk, ChunkBytes>> {
+fn evict(map: &mut Map, victim: (u64, u64)) -> Option<ChunkBytes> {
     let slot = map.slots.remove(&victim)?;
-    let bytes = slot.cell.state.lock().clone()??;
-    drop(slot);
-    Some(Arc::try_unwrap(bytes))
+    slot.cell.state.lock().clone()?
 }
 
-/// Hands a chunk read's outcome to its waiters when dropped; a failed read
-/// leaves no slot behind, so the next scanner tries again.
-struct Publish<'a> {
-    share: &'a ChunkShare,
-    key: (u64, u64),
-    cell: &'a Arc<Cell>,
-    bytes: Option<ChunkBytes>,
+/// Buffers of dropped chunks, reused for the next reads instead of
+/// unmapped (a new buffer costs a mapping and its page faults): up to
+/// `SPARE` spares nobody holds, and up to `DRAINING` dropped chunks a scan
+/// still held, watched until it lets go. Without the watching, four
+/// scanners holding the chunks of their windows made most dropped chunks'
+/// buffers unmapped, and many reads mapped and faulted in a new one (in
+/// one profiled run of the contest's range phase the kernel zeroing new
+/// huge pages under `pread` was 14 % of its samples).
+#[derive(Default)]
+pub(super) struct Recycler<const SPARE: usize, const DRAINING: usize> {
+    spare: Mutex<Vec<Chunk>>,
+    draining: Mutex<Vec<ChunkBytes>>,
 }
 
-impl Drop for Publish<'_> {
+impl<const SPARE: usize, const DRAINING: usize> Recycler<SPARE, DRAINING> {
+    /// A dropped chunk: its buffer a spare now if nobody holds it, else
+    /// once they let go.
+    pub(super) fn drop_chunk(&self, bytes: ChunkBytes) {
+        match Arc::try_unwrap(bytes) {
+            Ok(buffer) => self.keep(buffer),
+            Err(held) => self.drain(held),
+        }
+    }
+
+    /// Watches `held`, a dropped chunk a scan still holds; past `DRAINING`
+    /// the oldest watched is let go (its buffer unmapped when its last
+    /// holder drops it).
+    pub(super) fn drain(&self, held: ChunkBytes) {
+        let mut draining = self.draining.lock();
+        if draining.len() >= DRAINING {
+            draining.remove(0);
+        }
+        draining.push(held);
+    }
+
+    /// Keeps `buffer` for the next read if room is left.
+    pub(super) fn keep(&self, buffer: Chunk) {
+        let mut spare = self.spare.lock();
+        if spare.len() < SPARE {
+            spare.push(buffer);
+        }
+    }
+
+    /// Moves the buffers of watched chunks no scan holds any more to the
+    /// spares (the ones past `SPARE` are unmapped).
+    pub(super) fn recycle(&self) {
+        let free: Vec<Chunk> = {
+            let mut draining = self.draining.lock();
+            let mut free = Vec::new();
+            let mut i = 0;
+            while i < draining.len() {
+                if Arc::strong_count(&draining[i]) == 1 {
+                    if let Ok(chunk) = Arc::try_unwrap(draining.swap_remove(i)) {
+                        free.push(chunk);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+            free
+        };
+        for buffer in free {
+            self.keep(buffer);
+        }
+    }
+
+    /// A spare that can hold `len` bytes, made ready for them
+    /// (`Chunk::reuse`), after recycling what scans let go.
+    pub(super) fn take(&self, len: usize) -> Option<Chunk> {
+        self.recycle();
+        let mut spare = self.spare.lock();
+        let fit = spare.iter().position(|c| c.capacity() >= len)?;
+        spare.swap_remove(fit).reuse(len)
+    }
+}
+
+/// Hands a chunk read's outcome to its cell's waiters when dropped, so a
+/// waiter never waits for a read nobody is doing (a panic inside the read
+/// unwinds through here); a failed read first calls `forget`, which drops
+/// the cell's slot if it still holds this cell, so the next scan tries
+/// again.
+pub(super) struct Publish<'a, F: FnMut()> {
+    pub(super) cell: &'a Arc<Cell>,
+    pub(super) bytes: Option<ChunkBytes>,
+    pub(super) forget: F,
+}
+
+impl<F: FnMut()> Drop for Publish<'_, F> {
     fn drop(&mut self) {
         if self.bytes.is_none() {
-            let mut map = self.share.map.lock();
-            if map
-                .slots
-                .get(&self.key)
-                .is_some_and(|s| Arc::ptr_eq(&s.cell, self.cell))
-            {
-                map.slots.remove(&self.key);
-            }
+            (self.forget)();
         }
         *self.cell.state.lock() = Some(self.bytes.take());
         self.cell.ready.notify_all();
@@ -1488,18 +1523,21 @@ mod tests {
             map.slots.insert((7, 0), slot);
             share.drop_chunk(&mut map, (7, 0));
         }
-        assert!(share.spare.lock().is_empty(), "a scan still holds it");
-        assert_eq!(share.draining.lock().len(), 1);
+        assert!(
+            share.buffers.spare.lock().is_empty(),
+            "a scan still holds it"
+        );
+        assert_eq!(share.buffers.draining.lock().len(), 1);
         // While held, a read gets another buffer.
         let other = share.buffer().expect("a buffer");
         assert_ne!(other.bytes().as_ptr(), at);
-        assert_eq!(share.draining.lock().len(), 1);
+        assert_eq!(share.buffers.draining.lock().len(), 1);
         // Let go: the next read reuses it.
         drop(held);
         let reused = share.buffer().expect("a buffer");
         assert_eq!(reused.bytes().as_ptr(), at);
-        assert!(share.draining.lock().is_empty());
-        assert!(share.spare.lock().is_empty());
+        assert!(share.buffers.draining.lock().is_empty());
+        assert!(share.buffers.spare.lock().is_empty());
     }
 
     #[test]
@@ -1681,7 +1719,7 @@ mod tests {
         assert_eq!(share.new_buffers(), FRESH_BATCH as u64);
         let spare = taken.pop().expect("a buffer");
         let at = spare.bytes().as_ptr();
-        share.keep_spare(spare);
+        share.buffers.keep(spare);
         assert_eq!(share.buffer().expect("a buffer").bytes().as_ptr(), at);
         assert!(share.fresh.lock().is_empty(), "a spare was there");
         assert_eq!(

@@ -15,18 +15,8 @@ use crate::format::vptr::ValuePtr;
 use crate::io::FileRead;
 use crate::read::policy::{How, Served};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-
-/// Least time between two requests to read a whole segment into the page
-/// cache (`SegmentFile::will_need_after_miss`).
-const WILL_NEED_AGAIN: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// The instant `will_need_after_miss` measures from.
-fn epoch() -> std::time::Instant {
-    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-    *EPOCH.get_or_init(std::time::Instant::now)
-}
 
 /// The three files a value pointer may name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,9 +40,6 @@ pub struct SegmentFile {
     recyclable: AtomicBool,
     /// What file it is, once asked (or set by its creator).
     kind: OnceLock<SegmentKind>,
-    /// When `will_need_after_miss` last asked for the whole file
-    /// (milliseconds since `epoch()`, plus one; 0: never).
-    asked_whole: AtomicU64,
     reaper: Arc<Reaper>,
 }
 
@@ -72,7 +59,6 @@ impl SegmentFile {
             obsolete: AtomicBool::new(false),
             recyclable: AtomicBool::new(false),
             kind: OnceLock::new(),
-            asked_whole: AtomicU64::new(0),
             reaper: reaper.clone(),
         });
         map.insert(number, Arc::downgrade(&s));
@@ -136,25 +122,6 @@ impl SegmentFile {
     pub fn will_need(&self) {
         if let Ok(r) = self.handle(&self.reader, false) {
             r.will_need();
-        }
-    }
-
-    /// [`SegmentFile::will_need`] after a read of this segment missed the
-    /// page cache, at most once per `WILL_NEED_AGAIN` (while the pages
-    /// asked for arrive, later misses wait for them): how a long scan
-    /// reads a value stream, which holds one key range's values of one
-    /// journal — the scan will want most of it soon, and a second pass
-    /// over data larger than memory finds it evicted again.
-    pub fn will_need_after_miss(&self) {
-        let now = epoch().elapsed().as_millis() as u64 + 1;
-        let last = self.asked_whole.load(Ordering::Relaxed);
-        if (last == 0 || now >= last + WILL_NEED_AGAIN.as_millis() as u64)
-            && self
-                .asked_whole
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.will_need();
         }
     }
 

@@ -1,0 +1,259 @@
+//! Long scans over value streams: each flushed stream read whole, once,
+//! and shared by the long scans that meet its values.
+//!
+//! A value stream holds the values of one key range written during one
+//! journal, in the order they were written (docs/architecture.md §Value
+//! streams). A scan in key order meets a stream's values in random order,
+//! and over one key range it meets every journal's stream of that range.
+//! Read value by value, each scanner issues one small read per value and
+//! copies it; eight scanners of the contest's range phase then spent their
+//! two cores copying pages out of the page cache. So a long scan takes a
+//! flushed stream whole instead, a chunk ([`CHUNK`] bytes; a stream is
+//! usually one) at a time: the first scan whose window needs chunks that
+//! are not kept starts a read of each on the worker threads, so the device
+//! has them all in flight at once, and waits for them; a scan that needs a
+//! chunk being read waits for that read; later ones slice their values out
+//! of memory with no copy (`Value::Lent`), each value's checksum checked
+//! once between them (`Chunk::check_value`).
+//!
+//! Chunks are kept up to [`STREAM_SHARE_BYTES`] of buffers; the least
+//! recently used one goes first. Scans over the same key range use the
+//! same streams throughout it, so they keep each other's chunks recent,
+//! and the chunks of ranges every scan has left age out. A chunk dropped
+//! while a scan still holds values lent from it lives until the scan lets
+//! go; its buffer is then reused (`StreamShare::draining`), not unmapped.
+//!
+//! A flushed stream's bytes never change and segment numbers are not
+//! reused, so a kept chunk never goes stale.
+
+use super::policy::{How, ReadPolicy};
+use super::share::{CHUNK, Cell, Chunk, ChunkBytes, Publish, Recycler};
+use crate::version::segments::SegmentFile;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes of chunk buffers kept. The contest's range phase (4 GiB in 32 key
+/// ranges) has 128 MiB of streams per range: this holds the range the
+/// scans are in and the ones on either side, for scanners drifting apart.
+pub const STREAM_SHARE_BYTES: u64 = 512 << 20;
+/// Buffers are mapped in multiples of this, so a buffer freed by one
+/// stream fits the next of about the same size.
+const BUFFER_STEP: usize = 1 << 20;
+/// Spare buffers kept for the next reads.
+const SPARE_MAX: usize = 16;
+/// Dropped chunks still held by scans whose buffers are watched for reuse.
+const DRAINING_MAX: usize = 128;
+
+/// The chunks of value streams kept for long scans (see the module
+/// comment).
+#[derive(Default)]
+pub struct StreamShare {
+    map: Mutex<Map>,
+    /// Buffers of dropped chunks, for the next reads.
+    buffers: Recycler<SPARE_MAX, DRAINING_MAX>,
+    /// Chunks read, their bytes, and waits for a read in flight (stats).
+    reads: AtomicU64,
+    bytes_read: AtomicU64,
+    waits: AtomicU64,
+}
+
+#[derive(Default)]
+struct Map {
+    slots: HashMap<(u64, u64), Slot>,
+    tick: u64,
+    /// Sum of the slots' `capacity`.
+    held: u64,
+}
+
+struct Slot {
+    cell: Arc<Cell>,
+    /// `Map::tick` when a scan last asked for it.
+    used: u64,
+    /// Bytes of its buffer.
+    capacity: u64,
+}
+
+/// What a read started on a worker thread needs.
+pub struct Reader {
+    pub how: How,
+    pub policy: Arc<ReadPolicy>,
+    pub workers: Arc<crate::pool::WorkerPool>,
+}
+
+impl StreamShare {
+    /// Starts reading, on the worker threads, each chunk of `wanted` (a
+    /// stream and a chunk index) that is neither kept nor being read.
+    pub fn start(self: &Arc<Self>, wanted: &[(Arc<SegmentFile>, u64)], reader: &Reader) {
+        for (seg, index) in wanted {
+            let key = (seg.number, *index);
+            let Some(capacity) = buffer_len(seg, *index) else {
+                continue;
+            };
+            let cell = {
+                let mut map = self.map.lock();
+                if map.slots.contains_key(&key) {
+                    continue;
+                }
+                self.insert(&mut map, key, capacity, false)
+            };
+            let (share, seg, index) = (self.clone(), seg.clone(), *index);
+            let (how, policy) = (reader.how, reader.policy.clone());
+            reader.workers.run(move || {
+                if cell.claim() {
+                    share.fill(&seg, index, &cell, how, &policy);
+                }
+            });
+        }
+    }
+
+    /// Chunk `index` of stream `seg`: kept, or waited for if it is being
+    /// read, or read here as `how` says (counted in `policy`). `None` if it
+    /// could not be read (the caller then reads each value alone, which
+    /// names the damage).
+    pub fn get(
+        &self,
+        seg: &SegmentFile,
+        index: u64,
+        how: How,
+        policy: &ReadPolicy,
+    ) -> Option<ChunkBytes> {
+        let key = (seg.number, index);
+        let (cell, mine) = {
+            let mut map = self.map.lock();
+            map.tick += 1;
+            let tick = map.tick;
+            match map.slots.get_mut(&key) {
+                Some(slot) => {
+                    slot.used = tick;
+                    (slot.cell.clone(), false)
+                }
+                None => {
+                    let capacity = buffer_len(seg, index)?;
+                    (self.insert(&mut map, key, capacity, true), true)
+                }
+            }
+        };
+        if !mine && !cell.claim() {
+            return cell.wait(&self.waits);
+        }
+        self.fill(seg, index, &cell, how, policy)
+    }
+
+    /// A new slot for chunk `key` being read (`claimed`: by the caller),
+    /// after dropping least recently used chunks to make room.
+    fn insert(&self, map: &mut Map, key: (u64, u64), capacity: u64, claimed: bool) -> Arc<Cell> {
+        while map.held + capacity > STREAM_SHARE_BYTES {
+            // Only chunks read can go: one being read has waiters.
+            let victim = map
+                .slots
+                .iter()
+                .filter(|(_, s)| s.cell.state.lock().is_some())
+                .min_by_key(|(_, s)| s.used)
+                .map(|(k, _)| *k);
+            let Some(victim) = victim else { break };
+            self.evict(map, victim);
+        }
+        let cell = Cell::new(claimed);
+        map.tick += 1;
+        let slot = Slot {
+            cell: cell.clone(),
+            used: map.tick,
+            capacity,
+        };
+        map.held += capacity;
+        let before = map.slots.insert(key, slot);
+        assert!(before.is_none(), "stream chunk {key:?} inserted twice");
+        cell
+    }
+
+    /// Drops slot `key` (under the map lock); its buffer becomes a spare
+    /// now or once the scans holding it let go.
+    fn evict(&self, map: &mut Map, key: (u64, u64)) {
+        let Some(slot) = map.slots.remove(&key) else {
+            return;
+        };
+        assert!(map.held >= slot.capacity, "stream share bytes undercounted");
+        map.held -= slot.capacity;
+        let bytes = slot.cell.state.lock().clone().flatten();
+        drop(slot);
+        if let Some(bytes) = bytes {
+            self.buffers.drop_chunk(bytes);
+        }
+    }
+
+    /// Reads chunk `index` of `seg` into `cell` (inserted as being read,
+    /// claimed by the caller) and hands the outcome to its waiters. A
+    /// failed read leaves no slot behind, so a later scan tries again.
+    fn fill(
+        &self,
+        seg: &SegmentFile,
+        index: u64,
+        cell: &Arc<Cell>,
+        how: How,
+        policy: &ReadPolicy,
+    ) -> Option<ChunkBytes> {
+        let key = (seg.number, index);
+        let mut publish = Publish {
+            cell,
+            bytes: None,
+            forget: || {
+                let mut map = self.map.lock();
+                if map
+                    .slots
+                    .get(&key)
+                    .is_some_and(|s| Arc::ptr_eq(&s.cell, cell))
+                {
+                    self.evict(&mut map, key);
+                }
+            },
+        };
+        let bytes = buffer_len(seg, index)
+            .and_then(|len| self.buffer(len as usize).ok())
+            .and_then(|buffer| seg.read_chunk(buffer, index * CHUNK, how).ok());
+        publish.bytes = bytes.map(|(chunk, served)| {
+            policy.count(served);
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            self.bytes_read
+                .fetch_add(chunk.bytes().len() as u64, Ordering::Relaxed);
+            Arc::new(chunk)
+        });
+        publish.bytes.clone()
+    }
+
+    /// A buffer of at least `len` bytes: a spare (or a dropped chunk's
+    /// that no scan holds any more), else a new mapping.
+    fn buffer(&self, len: usize) -> std::io::Result<Chunk> {
+        match self.buffers.take(len) {
+            Some(buffer) => Ok(buffer),
+            None => Chunk::zeroed(len, crate::io::DIRECT_ALIGN),
+        }
+    }
+
+    /// Chunks of streams read since open, and their bytes.
+    pub fn reads(&self) -> (u64, u64) {
+        (
+            self.reads.load(Ordering::Relaxed),
+            self.bytes_read.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Waits for a stream chunk another scan was reading, since open.
+    pub fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
+    }
+}
+
+/// Bytes of the buffer chunk `index` of `seg` is read into: the chunk's
+/// bytes in the file rounded up to whole `BUFFER_STEP`s, at most `CHUNK`.
+/// `None` if the file's length cannot be had or the chunk is past its end.
+fn buffer_len(seg: &SegmentFile, index: u64) -> Option<u64> {
+    let len = seg.flushed_len().ok()?;
+    let left = len.checked_sub(index.checked_mul(CHUNK)?)?;
+    (left > 0).then(|| {
+        left.min(CHUNK)
+            .next_multiple_of(BUFFER_STEP as u64)
+            .min(CHUNK)
+    })
+}
