@@ -654,8 +654,7 @@ enum Dir {
 /// `threads` readers taking the files in turn; returns bytes read per
 /// second. For setting a scan beside the device reading the very bytes the
 /// scan read, at nearly the same moment: this VM's disk serves data read
-/// or written a short while ago far faster than the rest (docs/
-/// benchmarks.md, tenth session), and the probe's points read their file
+/// or written a short while ago far faster than the rest, and the probe's points read their file
 /// over and over. Into huge pages, as the engine's scans read (`Pages`).
 pub fn read_files_direct(files: &[PathBuf], block: usize, threads: usize) -> io::Result<f64> {
     let next = std::sync::atomic::AtomicUsize::new(0);

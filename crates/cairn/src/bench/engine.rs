@@ -155,10 +155,9 @@ pub trait Engine: Send + Sync {
 ///   control for it);
 /// - `cairndb-nosettle`: `settle_for_scans = 0.0`, compactions beside
 ///   writes settle nothing however scans read (the control for it);
-/// - `cairndb-streams`: `value_partitions = 32`, unsynced separated
-///   values appended to value streams by key range instead of inside
-///   their journal records (the option, off by default, against the
-///   default).
+/// - `cairndb-nostreams`: `value_partitions = 0`, unsynced separated
+///   values kept inside their journal records instead of appended to
+///   value streams by key range (the control for value streams).
 pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb",
     "cairndb-inline",
@@ -170,7 +169,7 @@ pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb-buffered-journal",
     "cairndb-cold",
     "cairndb-nosettle",
-    "cairndb-streams",
+    "cairndb-nostreams",
 ];
 
 /// Overrides the separation threshold of every CairnDB variant that
@@ -223,7 +222,7 @@ pub fn cairn_options(
         "cairndb-buffered-journal" => opts.journal_direct = false,
         "cairndb-cold" => opts.warm_written_values = false,
         "cairndb-nosettle" => opts.settle_for_scans = 0.0,
-        "cairndb-streams" => opts.value_partitions = 32,
+        "cairndb-nostreams" => opts.value_partitions = 0,
         _ => return None,
     }
     Some(opts)

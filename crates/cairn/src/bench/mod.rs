@@ -94,6 +94,16 @@ pub struct Row {
 }
 
 impl Row {
+    /// Appends `note` to the row's note, after a "; ".
+    pub fn add_note(&mut self, note: String) {
+        self.note = Some(match self.note.take() {
+            Some(n) => format!("{n}; {note}"),
+            None => note,
+        });
+    }
+}
+
+impl Row {
     /// Throughput in the row's unit.
     pub fn rate(&self) -> f64 {
         let secs = self.secs.max(1e-9);
@@ -137,9 +147,9 @@ pub struct BenchArgs {
     /// cache instead of with direct IO), cairndb-cold (written values
     /// not read back into the page cache after writes pause),
     /// cairndb-nosettle (compactions beside writes settle nothing for
-    /// scans), cairndb-streams (unsynced values in value streams by key
-    /// range, not in the journal), and the peers rocksdb, lmdb, fjall, redb, sled (each
-    /// needs its cargo feature).
+    /// scans), cairndb-nostreams (unsynced values in their journal
+    /// records, not in value streams by key range), and the peers rocksdb,
+    /// lmdb, fjall, redb, sled (each needs its cargo feature).
     #[arg(long, value_delimiter = ',', default_value = "cairndb")]
     pub engines: Vec<String>,
     /// Worker threads for multi-threaded phases.
@@ -254,7 +264,7 @@ impl BenchArgs {
     /// The probe file's size in bytes: `--probe-mib`, else 1 GiB, or the
     /// contest's data when it is larger. On this VM the disk served 4 KiB
     /// random reads 16–35 % faster over a 1 GiB file than over a 4 GiB one
-    /// (docs/benchmarks.md, "Probe size"): a probe smaller than the data
+    /// (docs/benchmarks.md, "Probe size" explains it): a probe smaller than the data
     /// would hold the workload to a limit it cannot reach.
     fn probe_bytes(&self, workloads: &[String], contest_keys: u64) -> u64 {
         if let Some(mib) = self.probe_mib {

@@ -200,8 +200,7 @@ fn settle_allowance(opts: &crate::Options, scattered: u64, appended: u64) -> u64
 /// random from a journal, and writers may be waiting for a level-0
 /// merge. After a long stretch without a compaction (level 0 waiting
 /// while its merges met only new keys), the first one settled 1 GiB at
-/// once in a test run; in steady state one settled about 256 MiB
-/// (docs/benchmarks.md, "Twentieth session").
+/// once in a test run; in steady state one settled about 256 MiB.
 const SETTLE_PER_COMPACTION_MAX: u64 = 256 << 20;
 
 /// What background compactions may settle beside scans, gathered look by
@@ -715,8 +714,8 @@ const WARM_AFTER_QUIET: Duration = Duration::from_millis(200);
 /// waiting for values that a sealed journal holds and the page cache does
 /// not. dbbench's readwhilewriting (4 KiB values, data in memory) read
 /// ~37,000 values a second beside the writer with the read-back waiting
-/// for a pause, most of them from the device (docs/benchmarks.md,
-/// "Nineteenth session"); a fill with no reader never reaches it.
+/// for a pause, most of them from the device; a fill with no reader
+/// never reaches it.
 const WARM_READS: u64 = 256;
 
 /// Segments remembered for warming at most; past it the oldest go.

@@ -36,7 +36,7 @@ use std::sync::Arc;
 /// file's size, so later appends overwrite allocated blocks in place and
 /// their sync flushes data alone. On ext4 an appending `fdatasync` also
 /// commits the new size and allocation to the file system's journal,
-/// about twice the cost of flushing the data (docs/benchmarks.md).
+/// about twice the cost of flushing the data.
 pub trait FileWrite: Send {
     /// Writes `data` at the append position (`len()`) and moves it on,
     /// over pre-written zeros where there are any.

@@ -10,14 +10,13 @@
 //! The map is a B-tree (`std::collections::BTreeMap`) behind a
 //! `parking_lot::RwLock`, not a lock-free skiplist. Measured on this
 //! project's 2-core VM, 120,000 and 500,000 random 16-byte keys with their
-//! tags and 100-byte values, one thread (benchmarks.md, "Seventh
-//! session"): crossbeam's skiplist 1.3–2.5 µs per insert and 1.3–2.8 µs
+//! tags and 100-byte values, one thread: crossbeam's skiplist 1.3–2.5 µs per insert and 1.3–2.8 µs
 //! per lookup, the B-tree 0.5–1.4 µs and 0.5–1.2 µs, in the same runs. A
 //! skiplist search follows one pointer per node it passes, and at these
 //! sizes nearly every one is a cache miss; a B-tree node holds eleven
 //! keys side by side, so a search misses about once per level of a tree
 //! only four or five deep. Inserting a group is what a synced commit and
-//! a random load spend most of their CPU on (DESIGN.md fact 5).
+//! a random load spend most of their CPU on.
 //!
 //! Sharing: the leader inserts through a [`MemWriter`], which holds the
 //! write lock for one commit group but yields it to waiting readers every
@@ -61,8 +60,8 @@ const IKEY_INLINE: usize = 32;
 ///
 /// Short keys live inline, in the B-tree node itself: a search compares
 /// keys that lie side by side in the node instead of following a pointer
-/// to each (fact 5 of DESIGN.md: the memtable is a top source of cache
-/// misses in random writes).
+/// to each (the memtable is a top source of cache misses in random
+/// writes).
 #[derive(Clone, PartialEq, Eq)]
 pub struct IKey(SmallVec<[u8; IKEY_INLINE]>);
 
@@ -93,7 +92,7 @@ impl Ord for IKey {
     /// gives them, without splitting off the tags or calling `memcmp`.
     /// Random keys nearly always differ there. Inserting 500,000 random
     /// 16-byte keys with 100-byte values took 391–477 ns each with it
-    /// against 494–694 without (benchmarks.md, "Twenty-first session").
+    /// against 494–694 without.
     fn cmp(&self, other: &Self) -> Ordering {
         if let (Some(a), Some(b)) = (lead_word(&self.0), lead_word(&other.0))
             && a != b
@@ -136,7 +135,7 @@ const CHUNK_VALUE_MAX: usize = CHUNK_BYTES / 4;
 /// How many entries ahead of the one it visits [`Memtable::for_each`]
 /// asks the CPU for a value. A flush of 500,000 random 16-byte keys with
 /// 100-byte values took 327–373 ns per entry at 8 against 375–399
-/// without (benchmarks.md, "Twenty-first session"); 16 was no better.
+/// without; 16 was no better.
 const VISIT_PREFETCH_AHEAD: usize = 8;
 
 /// Asks the CPU to bring the first two cache lines of `bytes` into its
@@ -172,7 +171,7 @@ struct ValRef {
 /// A memtable's values, appended into large chunks rather than boxed one
 /// by one: an insert then allocates nothing for its value most of the
 /// time and dropping a memtable frees a few chunks instead of one box per
-/// entry (measured: benchmarks.md, "Seventh session"). Written here
+/// entry. Written here
 /// because it is a dozen lines over `Vec`s; nothing is freed before the
 /// whole memtable is.
 #[derive(Default)]

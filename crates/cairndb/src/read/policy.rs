@@ -15,8 +15,7 @@
 //!
 //! Asking costs a system call (`cachestat`) per read (the buffer comes
 //! only after a yes), about
-//! a tenth of a point read's CPU (docs/benchmarks.md, "Eleventh
-//! session"), and on data far larger than memory nearly every answer is
+//! a tenth of a point read's CPU, and on data far larger than memory nearly every answer is
 //! no: direct reads do not fill the page cache. So after
 //! `THIN_AFTER_MISSES` answers in a row were no, only one read in
 //! `THIN_EVERY` asks; the first yes makes every read ask again.
@@ -230,7 +229,7 @@ pub fn auto_choice(live: u64, available: Option<u64>) -> How {
 /// cache it may drop included), or less where a memory cgroup the
 /// process runs in has a limit (`cgroup_room`): a container's cap, not
 /// the machine's memory, is what the page cache can hold for it.
-fn mem_available() -> Option<u64> {
+pub(crate) fn mem_available() -> Option<u64> {
     let machine = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|text| parse_mem_available(&text));

@@ -37,14 +37,13 @@ use std::time::{Duration, Instant};
 /// contest's range phase read 2,430–2,724 against 2,351–2,652 MB/s (five
 /// runs each, alternated), and four scanners spent about a quarter less
 /// CPU, mostly in the kernel (a quarter of the requests, wake-ups and
-/// pool jobs; docs/benchmarks.md, "Fourteenth session").
+/// pool jobs).
 pub const CHUNK: u64 = 4 << 20;
 /// Chunks kept (64 MiB): room for scanners some way apart. Four scanners
 /// of the contest's range phase on two cores drift up to tens of MiB
 /// apart; a chunk dropped before the last of them took it is read again.
 /// With direct reads (no page cache behind the share) 16 MiB were read
-/// 1.5 times over, 32 MiB about 1.1 times (docs/benchmarks.md, eighth
-/// session); 8 chunks of 4 MiB, three of them read ahead, left too little
+/// 1.5 times over, 32 MiB about 1.1 times; 8 chunks of 4 MiB, three of them read ahead, left too little
 /// room and made scans wait for laggards (range 598 MB/s).
 pub const SHARE_CHUNKS: usize = 16;
 /// Shortest run read through the share.
@@ -78,7 +77,7 @@ pub struct Chunk {
 /// went as five requests of scattered pages; from huge pages it goes as
 /// one. Reading settled values files, four threads with 4 MiB x 3 in
 /// flight read 3,775–4,111 MB/s into huge pages against 1,071–1,636 into
-/// small ones, alternated (docs/benchmarks.md, "Fourteenth session").
+/// small ones, alternated.
 const HUGE_PAGE: usize = 2 << 20;
 
 /// Alignment every anonymous mapping has (a page).
@@ -342,7 +341,7 @@ const PROTECT_TICKS: u64 = 512;
 /// Chunks a long scan has read ahead of the run it took (`read_ahead`):
 /// with the run itself, up to four 4 MiB requests in flight per stream
 /// (2.4 on average at a read's start, measured). With 1 MiB chunks, 4
-/// beat 2, 6 and 8 (docs/benchmarks.md, "Thirteenth session"); with 4 MiB
+/// beat 2, 6 and 8; with 4 MiB
 /// chunks 5 was no faster than 3 on a disk then bandwidth-bound.
 pub const READ_AHEAD: u64 = 3;
 /// Chunks past the farthest forward scan that reads ahead may go on to by

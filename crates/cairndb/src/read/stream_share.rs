@@ -16,12 +16,14 @@
 //! of memory with no copy (`Value::Lent`), each value's checksum checked
 //! once between them (`Chunk::check_value`).
 //!
-//! Chunks are kept up to [`STREAM_SHARE_BYTES`] of buffers; the least
-//! recently used one goes first. Scans over the same key range use the
-//! same streams throughout it, so they keep each other's chunks recent,
-//! and the chunks of ranges every scan has left age out. A chunk dropped
-//! while a scan still holds values lent from it lives until the scan lets
-//! go; its buffer is then reused (`StreamShare::draining`), not unmapped.
+//! Chunks are kept up to [`STREAM_SHARE_BYTES`] of buffers, or half the
+//! memory the process could still take if that is less. Room is made by
+//! dropping the least recently used chunk that no scan holds values of:
+//! scans over one key range use every journal's stream of it throughout,
+//! so they hold those, and the chunks of ranges every scan has left go
+//! first. Where every kept chunk is held (scanners spread over more key
+//! ranges than the budget has room for), a scan reads its values alone,
+//! so the share's memory stays within its budget.
 //!
 //! A flushed stream's bytes never change and segment numbers are not
 //! reused, so a kept chunk never goes stale.
@@ -34,17 +36,27 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Bytes of chunk buffers kept. The contest's range phase (4 GiB in 32 key
-/// ranges) has 128 MiB of streams per range: this holds the range the
-/// scans are in and the ones on either side, for scanners drifting apart.
+/// Most bytes of chunk buffers kept. The contest's range phase (4 GiB in
+/// 32 key ranges) has 128 MiB of streams per range: this holds the range
+/// the scans are in and the ones on either side, for scanners drifting
+/// apart.
 pub const STREAM_SHARE_BYTES: u64 = 512 << 20;
+/// Of the memory the process could still take (`policy::mem_available`,
+/// a memory cgroup's limit included) with the share's own buffers, the
+/// share keeps at most this fraction: under a tight cap the budget
+/// shrinks instead of the process being killed for memory.
+const MEMORY_FRACTION: u64 = 2;
+/// Fewest bytes kept, whatever the memory: a few chunks.
+const STREAM_SHARE_BYTES_MIN: u64 = 4 * CHUNK;
+/// Milliseconds between two looks at the memory available.
+const LOOK_EVERY_MS: u64 = 1000;
 /// Buffers are mapped in multiples of this, so a buffer freed by one
 /// stream fits the next of about the same size.
 const BUFFER_STEP: usize = 1 << 20;
 /// Spare buffers kept for the next reads.
-const SPARE_MAX: usize = 16;
+const SPARE_MAX: usize = 4;
 /// Dropped chunks still held by scans whose buffers are watched for reuse.
-const DRAINING_MAX: usize = 128;
+const DRAINING_MAX: usize = 16;
 
 /// The chunks of value streams kept for long scans (see the module
 /// comment).
@@ -53,6 +65,11 @@ pub struct StreamShare {
     map: Mutex<Map>,
     /// Buffers of dropped chunks, for the next reads.
     buffers: Recycler<SPARE_MAX, DRAINING_MAX>,
+    /// Bytes of buffers kept now (`budget`), and when it is looked at next
+    /// (milliseconds after `born`).
+    budget: AtomicU64,
+    next_look_ms: AtomicU64,
+    born: std::sync::OnceLock<std::time::Instant>,
     /// Chunks read, their bytes, and waits for a read in flight (stats).
     reads: AtomicU64,
     bytes_read: AtomicU64,
@@ -96,7 +113,10 @@ impl StreamShare {
                 if map.slots.contains_key(&key) {
                     continue;
                 }
-                self.insert(&mut map, key, capacity, false)
+                match self.insert(&mut map, key, capacity, false) {
+                    Some(cell) => cell,
+                    None => break,
+                }
             };
             let (share, seg, index) = (self.clone(), seg.clone(), *index);
             let (how, policy) = (reader.how, reader.policy.clone());
@@ -131,7 +151,7 @@ impl StreamShare {
                 }
                 None => {
                     let capacity = buffer_len(seg, index)?;
-                    (self.insert(&mut map, key, capacity, true), true)
+                    (self.insert(&mut map, key, capacity, true)?, true)
                 }
             }
         };
@@ -142,17 +162,34 @@ impl StreamShare {
     }
 
     /// A new slot for chunk `key` being read (`claimed`: by the caller),
-    /// after dropping least recently used chunks to make room.
-    fn insert(&self, map: &mut Map, key: (u64, u64), capacity: u64, claimed: bool) -> Arc<Cell> {
-        while map.held + capacity > STREAM_SHARE_BYTES {
-            // Only chunks read can go: one being read has waiters.
+    /// after dropping least recently used chunks to make room; `None` if
+    /// no room can be made.
+    ///
+    /// Only a chunk that is read and that no scan holds values of can go:
+    /// one being read has waiters, and a held one would keep its memory
+    /// while the share read more. So the share's memory stays within its
+    /// budget, and when the chunks scans hold fill it (scanners spread
+    /// over more key ranges than it has room for) the caller reads its
+    /// values alone instead.
+    fn insert(
+        &self,
+        map: &mut Map,
+        key: (u64, u64),
+        capacity: u64,
+        claimed: bool,
+    ) -> Option<Arc<Cell>> {
+        let budget = self.budget(map.held);
+        while map.held + capacity > budget {
             let victim = map
                 .slots
                 .iter()
-                .filter(|(_, s)| s.cell.state.lock().is_some())
+                .filter(|(_, s)| match &*s.cell.state.lock() {
+                    Some(Some(chunk)) => Arc::strong_count(chunk) == 1,
+                    Some(None) => true,
+                    None => false,
+                })
                 .min_by_key(|(_, s)| s.used)
-                .map(|(k, _)| *k);
-            let Some(victim) = victim else { break };
+                .map(|(k, _)| *k)?;
             self.evict(map, victim);
         }
         let cell = Cell::new(claimed);
@@ -165,7 +202,30 @@ impl StreamShare {
         map.held += capacity;
         let before = map.slots.insert(key, slot);
         assert!(before.is_none(), "stream chunk {key:?} inserted twice");
-        cell
+        Some(cell)
+    }
+
+    /// Bytes of buffers to keep, with `held` kept now: `STREAM_SHARE_BYTES`,
+    /// or a `MEMORY_FRACTION` of the memory the process could take with
+    /// them if less (looked at again after `LOOK_EVERY_MS`).
+    fn budget(&self, held: u64) -> u64 {
+        let born = self.born.get_or_init(std::time::Instant::now);
+        let now = born.elapsed().as_millis() as u64;
+        let due = self.next_look_ms.load(Ordering::Relaxed);
+        let budget = self.budget.load(Ordering::Relaxed);
+        if budget != 0 && now < due {
+            return budget;
+        }
+        self.next_look_ms
+            .store(now + LOOK_EVERY_MS, Ordering::Relaxed);
+        let budget = match super::policy::mem_available() {
+            Some(room) => {
+                ((room + held) / MEMORY_FRACTION).clamp(STREAM_SHARE_BYTES_MIN, STREAM_SHARE_BYTES)
+            }
+            None => STREAM_SHARE_BYTES,
+        };
+        self.budget.store(budget, Ordering::Relaxed);
+        budget
     }
 
     /// Drops slot `key` (under the map lock); its buffer becomes a spare

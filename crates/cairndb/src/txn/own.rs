@@ -8,8 +8,7 @@
 //! Now a put appends to one buffer and records one offset; the commit
 //! hands that buffer on as it is, and the conflict check reads its keys
 //! from it. Measured on this machine, 100 puts went from 24 to 10 µs and
-//! a synced commit's mean from 320–389 to 265–291 µs (docs/benchmarks.md,
-//! "Eleventh session").
+//! a synced commit's mean from 320–389 to 265–291 µs.
 //!
 //! A key written twice leaves its older op behind in the batch, dead.
 //! Dead ops are dropped at commit (so the batch holds each key once) and

@@ -16,7 +16,7 @@
 //! doubled since it was last pruned (from `PRUNE_MIN` entries on), so
 //! with short transactions it stays small enough to live in the CPU's
 //! cache: recording into a map of 2^18 entries took 6.7 % of all CPU of
-//! `cairn bench --workloads synctx` (benchmarks.md, "Seventh session").
+//! `cairn bench --workloads synctx`.
 //! Bounded by `RECENT_KEYS_MAX` entries: if pruning leaves more than half
 //! of that, the map is cleared and `from` moves past it (older
 //! transactions then take the exact lookups).

@@ -38,7 +38,7 @@ use std::sync::{Arc, Weak};
 /// ([`Reaper::new_journal`]), so its appends overwrite blocks the file
 /// system has already allocated and written: no size or allocation change
 /// for a synced append to commit, and no first-write conversion of
-/// unwritten extents (DESIGN.md, fact 2). The records of the file's old
+/// unwritten extents (which costs a journal commit on ext4). The records of the file's old
 /// life stay behind the new ones until overwritten; their header checksums
 /// are seeded with the old journal number, so they never read as records
 /// of the new one (format.md §Log records).

@@ -30,7 +30,10 @@
 //! the writer process cached survives. The child reports its rows and
 //! timelines back as JSON (`bench::wire`).
 
-use super::{Ctx, Outcome, Rng, Share, check_value, checked_scan, make_key, make_value, parallel};
+use super::{
+    Ctx, Outcome, Rng, Share, check_value, checked_scan, checked_visit, make_key, make_value,
+    parallel,
+};
 use crate::bench::device::DeviceLimits;
 use crate::bench::engine::{Engine, EngineConfig};
 use crate::bench::monitor;
@@ -294,10 +297,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
             "the client alone (same threads making the same keys and values, no engine) {:.1} MB/s{of}",
             client / 1e6
         );
-        row.note = Some(match row.note.take() {
-            Some(n) => format!("{n}; {note}"),
-            None => note,
-        });
+        row.add_note(note);
     }
     if !cfg.extras {
         // As the contest: the writer's process ends here.
@@ -346,10 +346,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
                 "whole workload (write, fresh-range, overwrite, settle) wamp {wamp:.2}: \
                  device bytes written per user byte written"
             );
-            row.note = Some(match row.note.take() {
-                Some(n) => format!("{n}; {whole}"),
-                None => whole,
-            });
+            row.add_note(whole);
         }
     }
     ctx.close();
@@ -767,7 +764,98 @@ fn read_phases(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) {
         })
     });
     set_target(ctx, RANGE_TARGET);
+    note_range_client_alone(ctx, cfg, dev);
     note_same_files_read(ctx);
+}
+
+/// Keys the range phase's client alone checks from memory: 128 MiB of
+/// 4 KiB values, more than the processor's caches, as the engine's
+/// values are.
+const CLIENT_SAMPLE_KEYS: u64 = 32 << 10;
+
+/// The range phase's client with no engine: the same threads check the
+/// same entries in key order, as many per pass as the phase, from a
+/// sample of them held in memory (each thread its share checked in full,
+/// the rest by stamp). Data bytes per second per pass, as the phase
+/// counts them: what no engine's range phase can pass on this machine,
+/// since its client does this work as well.
+fn range_client_alone(cfg: &Config) -> BenchResult<f64> {
+    let n = cfg.keys.max(1);
+    let threads = cfg.threads.max(1) as u64;
+    let sample = n.min(CLIENT_SAMPLE_KEYS);
+    let mut entries: Vec<(Vec<u8>, Vec<u8>)> = (0..sample)
+        .map(|i| {
+            let k = key_of(i);
+            (make_key(k, 8), make_value(k, 0, cfg.value_len))
+        })
+        .collect();
+    entries.sort_unstable();
+    let entries = &entries;
+    let start = Instant::now();
+    parallel(threads as usize, |t| {
+        let share = Share {
+            part: t as u64,
+            of: threads,
+        };
+        for _ in 0..PASSES {
+            let mut left = n;
+            while left > 0 {
+                let take = left.min(sample) as usize;
+                checked_visit(
+                    |f| {
+                        let mut seen = 0;
+                        for (k, v) in &entries[..take] {
+                            seen += 1;
+                            if !f(k, v) {
+                                break;
+                            }
+                        }
+                        Ok(seen)
+                    },
+                    share,
+                    |k| {
+                        std::hint::black_box(k);
+                    },
+                )?;
+                left -= take as u64;
+            }
+        }
+        Ok(())
+    })?;
+    let data = n * (8 + cfg.value_len) as u64 * PASSES;
+    Ok(data as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Adds to the range row the client alone's rate (`range_client_alone`),
+/// against the device's sequential read and the phase's rate.
+fn note_range_client_alone(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) {
+    let Some(rate) = ctx
+        .rows
+        .last()
+        .filter(|r| r.phase == "range" && r.failure.is_none() && r.secs > 0.0)
+        .map(|r| r.user_bytes as f64 / r.secs)
+    else {
+        return;
+    };
+    let note = match range_client_alone(cfg) {
+        Ok(client) => {
+            let of = if dev.seq_read > 0.0 {
+                format!(" = {:.2} of seq read", client / dev.seq_read)
+            } else {
+                String::new()
+            };
+            format!(
+                "the client alone (same threads checking the same entries in key order from memory, no engine) \
+                 {:.1} MB/s{of}; the scan {:.2} of it",
+                client / 1e6,
+                rate / client
+            )
+        }
+        Err(e) => format!("the client alone failed: {e}"),
+    };
+    if let Some(row) = ctx.rows.last_mut() {
+        row.add_note(note);
+    }
 }
 
 /// A quarter of the keys again, each thread asking for `MULTI_READ_KEYS`
@@ -863,10 +951,7 @@ fn note_same_files_read(ctx: &mut Ctx) {
         Err(e) => format!("reading the database's files after the scan failed: {e}"),
     };
     if let Some(row) = ctx.rows.last_mut() {
-        row.note = Some(match row.note.take() {
-            Some(n) => format!("{n}; {note}"),
-            None => note,
-        });
+        row.add_note(note);
     }
 }
 

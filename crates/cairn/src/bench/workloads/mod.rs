@@ -424,11 +424,22 @@ pub fn checked_scan(
     from: &[u8],
     limit: usize,
     share: Share,
+    each: impl FnMut(u64),
+) -> BenchResult<usize> {
+    checked_visit(|f| db.scan(from, limit, f), share, each)
+}
+
+/// `checked_scan` over the entries `visit` hands its visitor (which
+/// returns false to stop), however they are produced: an engine's scan,
+/// or entries in memory for the client alone.
+pub fn checked_visit(
+    visit: impl FnOnce(&mut dyn FnMut(&[u8], &[u8]) -> bool) -> BenchResult<usize>,
+    share: Share,
     mut each: impl FnMut(u64),
 ) -> BenchResult<usize> {
     let mut prev: Option<u64> = None;
     let mut bad = None;
-    let seen = db.scan(from, limit, &mut |key, v| {
+    let seen = visit(&mut |key, v| {
         let r = key_index(key)
             .filter(|&k| prev.is_none_or(|p| k > p))
             .ok_or_else(|| {

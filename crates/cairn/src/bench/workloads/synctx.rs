@@ -287,10 +287,7 @@ fn note_bounds(ctx: &mut Ctx, fdatasync: f64) {
     }
     for (i, note) in notes {
         if let Some(row) = ctx.rows.get_mut(i) {
-            row.note = Some(match row.note.take() {
-                Some(n) => format!("{n}; {note}"),
-                None => note,
-            });
+            row.add_note(note);
         }
     }
 }
