@@ -24,6 +24,25 @@ struct PosixWrite {
     reserved: u64,
 }
 
+/// `reserved` of a file on a file system that cannot reserve blocks
+/// (`reserve_blocks`): every block counts as reserved, and a trim has
+/// none past the end to give back.
+pub(super) const UNRESERVABLE: u64 = u64::MAX;
+
+/// Whether blocks are reserved past `len`, which a trim gives back.
+pub(super) fn reserved_past(reserved: u64, len: u64) -> bool {
+    reserved != UNRESERVABLE && reserved > len
+}
+
+/// What `reserved` becomes after a trim to `len`.
+pub(super) fn reserved_after_trim(reserved: u64, len: u64) -> u64 {
+    if reserved == UNRESERVABLE {
+        UNRESERVABLE
+    } else {
+        len
+    }
+}
+
 /// Reserves blocks of `file` from `*reserved` up to at least `up_to`
 /// (`FileWrite::reserve`): `ahead` more if the device has room, else
 /// just what was asked. Where the file system cannot reserve
@@ -47,7 +66,7 @@ pub(super) fn reserve_blocks(
                 return Ok(());
             }
             Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => {
-                *reserved = u64::MAX;
+                *reserved = UNRESERVABLE;
                 return Ok(());
             }
             Err(e) => last = Err(e.into()),
@@ -137,12 +156,12 @@ impl FileWrite for PosixWrite {
         reserve_blocks(&self.file, &mut self.reserved, up_to, ahead)
     }
     fn trim(&mut self) -> io::Result<()> {
-        if self.size > self.len || self.reserved > self.len {
+        if self.size > self.len || reserved_past(self.reserved, self.len) {
             // Also when the size stays: a truncate to the same size gives
             // back the blocks reserved past the end.
             self.file.set_len(self.len)?;
             self.size = self.len;
-            self.reserved = self.len;
+            self.reserved = reserved_after_trim(self.reserved, self.len);
             // fsync, not fdatasync: a smaller size must reach the device.
             self.file.sync_all()?;
         }
@@ -434,5 +453,48 @@ mod tests {
         let mut buf = vec![7u8; 100];
         assert!(!file.read_cached(&mut buf, 5000).unwrap());
         assert_eq!(buf, [7u8; 100]);
+    }
+
+    /// On a file system that cannot reserve blocks, a trim with nothing
+    /// past the end leaves the file alone (no truncate, no fsync), and
+    /// the file stays marked so: reserving does not ask again.
+    #[test]
+    fn a_file_that_cannot_reserve_blocks_is_not_trimmed_for_them() {
+        assert!(!reserved_past(UNRESERVABLE, 0));
+        assert!(reserved_past(8192, 4096));
+        assert!(!reserved_past(4096, 4096));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut w = PosixWrite {
+            file: OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)
+                .unwrap(),
+            len: 0,
+            size: 0,
+            written_back: 0,
+            reserved: UNRESERVABLE,
+        };
+        w.append(&[1u8; 100]).unwrap();
+        // Grown behind the writer's back: a trim that thought blocks were
+        // reserved past the end would cut the file to 100 bytes.
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        w.trim().unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), 4096);
+        assert_eq!(w.reserved, UNRESERVABLE);
+        w.reserve(1 << 20, 0).unwrap();
+        assert_eq!(w.reserved, UNRESERVABLE, "reserving asks again");
+        // Reserved for real: the trim gives the blocks back.
+        w.reserved = 8192;
+        w.trim().unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), 100);
+        assert_eq!(w.reserved, 100);
     }
 }

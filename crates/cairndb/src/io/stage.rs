@@ -469,14 +469,14 @@ impl super::FileWrite for StagedWrite {
         self.shared.failed()?;
         self.shared.write_all()?;
         let file_len = self.plain.metadata()?.len();
-        if file_len != self.len || self.reserved > self.len {
+        if file_len != self.len || super::posix::reserved_past(self.reserved, self.len) {
             // Also when the size stays: a truncate to the same size gives
             // back the blocks reserved past the end.
             self.plain.set_len(self.len)?;
             self.plain.sync_all()?;
         }
         self.size = self.len;
-        self.reserved = self.len;
+        self.reserved = super::posix::reserved_after_trim(self.reserved, self.len);
         Ok(())
     }
 
