@@ -163,12 +163,13 @@ impl ReadView {
         // needs that are not kept are all read at once on the worker
         // threads.
         let streams = &self.share.streams;
+        let stream_how = if self.reads == How::PageCache {
+            How::PageCache
+        } else {
+            How::CachedElseDirect
+        };
         let stream_reader = scan.is_long().then(|| StreamReader {
-            how: if self.reads == How::PageCache {
-                How::PageCache
-            } else {
-                How::CachedElseDirect
-            },
+            how: stream_how,
             policy: self.policy.clone(),
             workers: self.workers.clone(),
         });
@@ -201,11 +202,10 @@ impl ReadView {
                 Some((seg, true)) if run.stream => {
                     // Runs come by segment and offset: the chunk of the
                     // run before is most often this run's too.
-                    let how = stream_reader.as_ref().map_or(self.reads, |r| r.how);
                     let got = run.chunks(|number, index| match &last_stream_chunk {
                         Some((key, chunk)) if *key == (number, index) => Some(chunk.clone()),
                         _ => {
-                            let chunk = streams.get(seg, index, how, &self.policy)?;
+                            let chunk = streams.get(seg, index, stream_how, &self.policy)?;
                             last_stream_chunk = Some(((number, index), chunk.clone()));
                             Some(chunk)
                         }

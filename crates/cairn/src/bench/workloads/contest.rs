@@ -826,15 +826,19 @@ fn range_client_alone(cfg: &Config) -> BenchResult<f64> {
     Ok(data as f64 / start.elapsed().as_secs_f64())
 }
 
-/// Adds to the range row the client alone's rate (`range_client_alone`),
-/// against the device's sequential read and the phase's rate.
-fn note_range_client_alone(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) {
-    let Some(rate) = ctx
-        .rows
+/// The range phase's user bytes per second, if it was the last row and
+/// did not fail.
+fn range_rate(ctx: &Ctx) -> Option<f64> {
+    ctx.rows
         .last()
         .filter(|r| r.phase == "range" && r.failure.is_none() && r.secs > 0.0)
         .map(|r| r.user_bytes as f64 / r.secs)
-    else {
+}
+
+/// Adds to the range row the client alone's rate (`range_client_alone`),
+/// against the device's sequential read and the phase's rate.
+fn note_range_client_alone(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) {
+    let Some(rate) = range_rate(ctx) else {
         return;
     };
     let note = match range_client_alone(cfg) {
@@ -915,12 +919,7 @@ const SAME_FILES_READERS: usize = 4;
 /// recently read as the scan's second pass found them. The target stays
 /// against the probe's limit; this says how much of the gap is the disk.
 fn note_same_files_read(ctx: &mut Ctx) {
-    let Some(scan) = ctx
-        .rows
-        .last()
-        .filter(|r| r.phase == "range" && r.failure.is_none() && r.secs > 0.0)
-        .map(|r| r.user_bytes as f64 / r.secs)
-    else {
+    let Some(scan) = range_rate(ctx) else {
         return;
     };
     drop_page_cache();
