@@ -948,13 +948,24 @@ impl StreamFiles {
             };
             let file = self.get(fs, dir, ptr.segment)?.ok_or_else(absent)?;
             let mut value = vec![0u8; ptr.len as usize];
-            match file.read_exact_at(&mut value, ptr.offset) {
-                Ok(()) if ptr.matches(&value) => {}
-                Ok(()) => return Err(absent()),
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(absent()),
-                Err(e) => {
-                    let what = format!("reading value stream {}", ptr.segment);
-                    return Err(StreamMiss::Io(Error::io(what, e)));
+            // A value that does not match is read once more before it
+            // counts as absent, as `SegmentFile::read` does: a bit flipped
+            // on the way from the device is not a torn tail, and taking it
+            // for one would drop every later record of the journal.
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                match file.read_exact_at(&mut value, ptr.offset) {
+                    Ok(()) if ptr.matches(&value) => break,
+                    Ok(()) if tries < 2 => continue,
+                    Ok(()) => return Err(absent()),
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                        return Err(absent());
+                    }
+                    Err(e) => {
+                        let what = format!("reading value stream {}", ptr.segment);
+                        return Err(StreamMiss::Io(Error::io(what, e)));
+                    }
                 }
             }
             batch_codec::push_op(&mut rep, Kind::Put, op.key, &value);
