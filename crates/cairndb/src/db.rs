@@ -270,7 +270,7 @@ impl Inner {
     /// Makes creations, renames and removals in the database directory
     /// durable (skipped only under `Sabotage::skip_dir_sync`).
     pub fn sync_dir(&self) -> std::io::Result<()> {
-        if self.opts.sabotage.skip_dir_sync {
+        if crate::options::sabotaged!(self.opts, skip_dir_sync) {
             return Ok(());
         }
         self.fs.sync_dir(&self.dir)
@@ -619,7 +619,7 @@ impl Db {
             journal_presyncs: inner.counters.presyncs.load(Ordering::Relaxed),
             write_groups: inner.counters.groups.load(Ordering::Relaxed),
             write_group_batches: inner.counters.grouped_batches.load(Ordering::Relaxed),
-            value_reads: view.reads.as_option(),
+            value_reads: view.reads.into(),
             value_reads_cached: inner.policy.counts().0,
             value_reads_unasked: inner.policy.unasked(),
             value_reads_direct: inner.policy.counts().1,

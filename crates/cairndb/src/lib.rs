@@ -32,6 +32,7 @@ mod db;
 pub mod error;
 mod flush;
 pub(crate) mod format;
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod io;
@@ -48,6 +49,7 @@ mod write;
 
 pub use db::{Db, Snapshot, Stats};
 pub use error::{Error, Result};
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use options::Sabotage;
 pub use options::{Options, ValueReads, WriteOptions};

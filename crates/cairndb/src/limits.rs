@@ -30,8 +30,9 @@ pub const FREE_JOURNALS_MAX: usize = 2;
 pub const JOURNAL_CHUNK_BYTES: usize = 1 << 20;
 /// Bytes of one chunk a long scan reads through the shared-scan map
 /// (`Stats::scan_chunk_reads` counts them; docs/architecture.md §Shared
-/// scans).
-pub const SCAN_CHUNK_BYTES: u64 = crate::read::share::CHUNK;
+/// scans): a multiple of the direct-IO alignment, and 4 MiB, the request
+/// size at which the device probe reads fastest here.
+pub const SCAN_CHUNK_BYTES: u64 = 4 << 20;
 
 const _: () = assert!(KEY_LEN_MAX <= u32::MAX as usize); // key lengths are stored as varint32
 const _: () = assert!(BATCH_BYTES_MAX <= u32::MAX as usize); // journal record lengths are u32

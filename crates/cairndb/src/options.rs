@@ -196,13 +196,18 @@ pub struct Options {
     /// only `Db::compact` compacts: for tests that want a fixed shape.
     pub background_compaction: bool,
     /// Deliberately broken behaviour, for tests that show the crash and
-    /// corruption checkers catch a broken engine. Never set outside tests.
+    /// corruption checkers catch a broken engine. Only under the `testing`
+    /// feature; never set outside tests.
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub sabotage: Sabotage,
 }
 
 /// Switches that break the engine's promises on purpose, so a test can
 /// prove its checker notices (tests/crash_states.rs). All off by default.
+/// Only under the `testing` feature: a default build reads every switch as
+/// off (`sabotaged!`), so none of them costs a check on a hot path.
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Sabotage {
@@ -223,6 +228,22 @@ pub struct Sabotage {
     /// Commit transactions without their conflict checks.
     pub skip_conflict_checks: bool,
 }
+
+/// Whether the `Sabotage` switch `$switch` of the options `$opts` is on:
+/// its value under the `testing` feature, `false` in every other build.
+macro_rules! sabotaged {
+    ($opts:expr, $switch:ident) => {{
+        #[cfg(feature = "testing")]
+        let on = $opts.sabotage.$switch;
+        #[cfg(not(feature = "testing"))]
+        let on = {
+            let _ = &$opts;
+            false
+        };
+        on
+    }};
+}
+pub(crate) use sabotaged;
 
 impl Default for Options {
     fn default() -> Self {
@@ -277,6 +298,7 @@ impl Options {
             journal_recycle: true,
             warm_written_values: true,
             background_compaction: true,
+            #[cfg(feature = "testing")]
             sabotage: Sabotage::default(),
         }
     }

@@ -32,7 +32,7 @@
 //! crash-state tests cut power at every IO point. Everything is
 //! deterministic for a given seed and sequence of operations.
 
-use super::{DirLock, FileRead, FileWrite, Fs};
+use super::{DirLock, FileRead, FileWrite, Fs, Host};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -276,6 +276,25 @@ struct Shared {
     /// Database identities drawn (`Fs::new_db_id`), from the seed: kept
     /// apart from `State::rng` so drawing one changes no other choice.
     ids: AtomicU64,
+    /// The simulated machine (`Fs::host`).
+    host: Arc<SimHost>,
+}
+
+/// The machine a `MemFs` simulates (`Fs::host`): its available memory is
+/// whatever the test set (`MemFs::set_mem_available`), 16 GiB at first,
+/// never the real machine's.
+struct SimHost {
+    /// Bytes, or `u64::MAX` for "cannot be told".
+    mem_available: AtomicU64,
+}
+
+impl Host for SimHost {
+    fn mem_available(&self) -> Option<u64> {
+        match self.mem_available.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            bytes => Some(bytes),
+        }
+    }
 }
 
 /// An in-memory [`Fs`]. Cloning gives another handle to the same files.
@@ -335,8 +354,21 @@ impl MemFs {
                 hook: Mutex::new(None),
                 background_syncs: AtomicBool::new(false),
                 ids: AtomicU64::new(seed),
+                host: Arc::new(SimHost {
+                    mem_available: AtomicU64::new(16 << 30),
+                }),
             }),
         }
+    }
+
+    /// Sets the memory the simulated machine has available (`Fs::host`);
+    /// `None`: it cannot be told.
+    pub fn set_mem_available(&self, bytes: Option<u64>) {
+        let bytes = bytes.map_or(u64::MAX, |b| b.min(u64::MAX - 1));
+        self.shared
+            .host
+            .mem_available
+            .store(bytes, Ordering::Relaxed);
     }
 
     /// Operations performed so far (the next one gets this index).
@@ -803,6 +835,10 @@ impl Drop for MemLock {
 }
 
 impl Fs for MemFs {
+    fn host(&self) -> Arc<dyn Host> {
+        self.shared.host.clone()
+    }
+
     fn new_db_id(&self) -> u64 {
         // The n-th identity drawn on a file system of seed s: distinct for
         // distinct n, the same in every run.

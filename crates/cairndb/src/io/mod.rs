@@ -1,10 +1,11 @@
 //! The IO seam: every byte the engine reads or writes goes through [`Fs`].
 //!
-//! Two backends ship with the engine: [`PosixFs`] (the real file system,
-//! `pread`/`write`/`fdatasync`) and [`MemFs`] (an in-memory file system that
-//! keeps a durable image per file and can simulate a power cut by dropping
-//! what was not synced). Fault injection and direct IO are added as further
-//! backends without touching the engine.
+//! The engine ships with [`PosixFs`] (the real file system,
+//! `pread`/`write`/`fdatasync`, direct IO where the file system takes it).
+//! Under the `testing` feature, `MemFs` is a second backend: an in-memory
+//! file system that keeps a durable image per file, simulates a power cut
+//! by dropping what was not synced, and injects faults; the engine's tests
+//! and fuzz targets run on it.
 //!
 //! Contract every backend keeps:
 //! - `FileWrite::append` may buffer; bytes are durable only after
@@ -15,6 +16,9 @@
 //!   past the end of the file.
 //! - Handles are `Send`; readers are `Sync` and used concurrently.
 
+mod buf;
+pub mod host;
+#[cfg(feature = "testing")]
 mod mem;
 mod posix;
 #[cfg(unix)]
@@ -22,12 +26,43 @@ mod stage;
 #[cfg(target_os = "linux")]
 pub(crate) mod uring;
 
+pub(crate) use buf::AlignedBuf;
+pub use host::{Host, Machine};
+#[cfg(feature = "testing")]
 pub use mem::{Crash, Fault, FaultKind, MemFs, OpInfo, OpKind};
 pub use posix::PosixFs;
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// How a read of a file goes where the page cache may not hold it: the
+/// resolved `Options::value_reads` of one read view (`ValueReads` without
+/// `Auto`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum How {
+    PageCache,
+    Direct,
+    CachedElseDirect,
+}
+
+impl How {
+    /// Whether a read the page cache does not serve is a direct read.
+    pub fn direct_misses(self) -> bool {
+        self != How::PageCache
+    }
+}
+
+/// How a flushed value (or a run or chunk of them) was served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// From the page cache, asked without waiting (`read_cached`).
+    Cached,
+    /// With a direct read.
+    Direct,
+    /// With a buffered read (which may or may not have waited).
+    Buffered,
+}
 
 /// A file being written from its start, one append after another.
 ///
@@ -183,6 +218,13 @@ pub trait DirLock: Send + Sync {}
 
 /// A file system as the engine sees it.
 pub trait Fs: Send + Sync + 'static {
+    /// The machine this file system's engine runs on, as far as the
+    /// engine asks (`Host`). The running machine by default; a simulated
+    /// file system answers for a simulated machine.
+    fn host(&self) -> Arc<dyn Host> {
+        Arc::new(Machine)
+    }
+
     /// A fresh database identity for a database created on this file
     /// system (never 0; `Db::id`). Random by default: it only has to
     /// differ between databases. The simulated file system draws it from

@@ -21,7 +21,8 @@
 //! reused, so a kept chunk never goes stale; one of a deleted segment is
 //! never asked for again and ages out.
 
-use super::policy::{How, ReadPolicy};
+use super::policy::{How, ReadPolicy, Served};
+use crate::io::AlignedBuf;
 use crate::version::Version;
 use crate::version::segments::SegmentFile;
 use parking_lot::{Condvar, Mutex};
@@ -30,15 +31,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Bytes per chunk: a multiple of the direct-IO alignment, and at least
-/// the largest run a scan reads (`prefetch::RUN_BYTES_MAX`), so a run
-/// spans at most two chunks. 4 MiB, the block
-/// at which the device probe reads fastest here: against 1 MiB chunks the
-/// contest's range phase read 2,430–2,724 against 2,351–2,652 MB/s (five
-/// runs each, alternated), and four scanners spent about a quarter less
-/// CPU, mostly in the kernel (a quarter of the requests, wake-ups and
-/// pool jobs).
-pub const CHUNK: u64 = 4 << 20;
+/// Bytes per chunk (`limits::SCAN_CHUNK_BYTES`): at least the largest run
+/// a scan reads (`prefetch::RUN_BYTES_MAX`), so a run spans at most two
+/// chunks. Against 1 MiB chunks, 4 MiB ones made the contest's range
+/// phase read 2,430–2,724 against 2,351–2,652 MB/s (five runs each,
+/// alternated), and four scanners spent about a quarter less CPU, mostly
+/// in the kernel (a quarter of the requests, wake-ups and pool jobs).
+pub const CHUNK: u64 = crate::limits::SCAN_CHUNK_BYTES;
+const _: () = assert!(CHUNK.is_multiple_of(crate::io::DIRECT_ALIGN as u64));
 /// Chunks kept (64 MiB): room for scanners some way apart. Four scanners
 /// of the contest's range phase on two cores drift up to tens of MiB
 /// apart; a chunk dropped before the last of them took it is read again.
@@ -50,17 +50,10 @@ pub const SHARE_CHUNKS: usize = 16;
 pub const SHARE_RUN_MIN: u64 = 256 << 10;
 
 /// One chunk's bytes (fewer than [`CHUNK`] at the end of a file), in a
-/// buffer aligned for direct IO, and the values in it whose checksum a
-/// scan has checked already.
-///
-/// The buffer is an anonymous mapping of its own, not heap memory: a
-/// chunk's worth of fresh pages, aligned to a huge page and advised to be
-/// backed by transparent huge pages (`HUGE_PAGE`), which the allocator's
-/// reused heap pages could not be.
+/// buffer aligned for direct IO (`AlignedBuf`), and the values in it
+/// whose checksum a scan has checked already.
 pub struct Chunk {
-    mem: memmap2::MmapMut,
-    skip: usize,
-    len: usize,
+    buf: AlignedBuf,
     /// One slot per KiB of the chunk: the value starting in that KiB that
     /// passed its check (`checked_tag`), or 0. Scanners sharing the chunk
     /// then check each value once between them, not once each; a value
@@ -69,19 +62,6 @@ pub struct Chunk {
     /// checksum exactly).
     checked: Box<[AtomicU64]>,
 }
-
-/// A transparent huge page (x86-64, most arm64 kernels). Chunk buffers
-/// are aligned to it and asked to be backed by huge pages: a direct read
-/// into 4 KiB pages reaches the device as one segment per page, and this
-/// virtual disk takes at most 254 segments per request, so a 4 MiB chunk
-/// went as five requests of scattered pages; from huge pages it goes as
-/// one. Reading settled values files, four threads with 4 MiB x 3 in
-/// flight read 3,775–4,111 MB/s into huge pages against 1,071–1,636 into
-/// small ones, alternated.
-const HUGE_PAGE: usize = 2 << 20;
-
-/// Alignment every anonymous mapping has (a page).
-const MAP_ALIGN: usize = 4096;
 
 /// Bytes per slot of `Chunk::checked`.
 const CHECK_SLOT: usize = 1024;
@@ -98,36 +78,14 @@ fn checked_tag(from: usize, len: usize, crc: u32) -> u64 {
 }
 
 impl Chunk {
-    /// A buffer of `len` zero bytes starting at an `align`-aligned
-    /// address; in huge pages where it holds whole ones (see `HUGE_PAGE`).
+    /// A chunk of `len` zero bytes starting at an `align`-aligned address
+    /// (`AlignedBuf::zeroed`), no value checked.
     pub fn zeroed(len: usize, align: usize) -> std::io::Result<Chunk> {
-        let huge = len >= HUGE_PAGE;
-        let align = if huge {
-            align.max(HUGE_PAGE)
-        } else {
-            align.max(1)
-        };
-        // A mapping starts page-aligned: map more only for a coarser
-        // alignment, and start where it is reached.
-        let extra = if align > MAP_ALIGN { align } else { 0 };
-        let mem = memmap2::MmapOptions::new()
-            .len(len.max(1) + extra)
-            .map_anon()?;
-        let skip = mem.as_ptr().align_offset(align).min(extra);
-        if huge {
-            // Before the first touch: the read's page faults then take
-            // huge pages. Without them (a kernel without THP, or none
-            // free), the chunk works the same in small pages.
-            let whole = len / HUGE_PAGE * HUGE_PAGE;
-            let _ = mem.advise_range(memmap2::Advice::HugePage, skip, whole);
-        }
         let checked = (0..len.div_ceil(CHECK_SLOT))
             .map(|_| AtomicU64::new(0))
             .collect();
         Ok(Chunk {
-            mem,
-            skip,
-            len,
+            buf: AlignedBuf::zeroed(len, align)?,
             checked,
         })
     }
@@ -136,10 +94,9 @@ impl Chunk {
     /// it can hold them; the bytes are left as they are (the caller
     /// overwrites them, and `truncate`s to what it wrote).
     pub(super) fn reuse(mut self, len: usize) -> Option<Chunk> {
-        if self.mem.len() - self.skip < len || self.checked.len() < len.div_ceil(CHECK_SLOT) {
+        if self.checked.len() < len.div_ceil(CHECK_SLOT) || !self.buf.resize_within(len) {
             return None;
         }
-        self.len = len;
         for slot in self.checked.iter_mut() {
             *slot.get_mut() = 0;
         }
@@ -173,21 +130,37 @@ impl Chunk {
     }
 
     pub fn bytes(&self) -> &[u8] {
-        &self.mem[self.skip..self.skip + self.len]
+        self.buf.bytes()
     }
 
     /// The most bytes this buffer can hold (`reuse`).
     pub fn capacity(&self) -> usize {
-        (self.mem.len() - self.skip).min(self.checked.len() * CHECK_SLOT)
+        self.buf.capacity().min(self.checked.len() * CHECK_SLOT)
     }
 
+    /// The bytes, to write into: tests only (a read fills them through
+    /// `read_from`).
+    #[cfg(test)]
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.mem[self.skip..self.skip + self.len]
+        self.buf.bytes_mut()
     }
 
-    /// Keeps the first `len` bytes (a read that met the end of the file).
+    /// Keeps the first `len` bytes: tests only (`read_from` truncates).
+    #[cfg(test)]
     pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        self.buf.truncate(len);
+    }
+
+    /// This chunk filled from `seg` at `offset` as `how` says
+    /// (`SegmentFile::read_chunk`), with how the read was served.
+    pub fn read_from(
+        mut self,
+        seg: &SegmentFile,
+        offset: u64,
+        how: How,
+    ) -> std::io::Result<(Chunk, Served)> {
+        let served = seg.read_chunk(&mut self.buf, offset, how)?;
+        Ok((self, served))
     }
 }
 
@@ -570,7 +543,7 @@ impl ChunkShare {
             // Read for this scan alone, not kept.
             self.reads.fetch_add(1, Ordering::Relaxed);
             let buffer = self.buffer().ok()?;
-            let (chunk, served) = seg.read_chunk(buffer, index * CHUNK, how).ok()?;
+            let (chunk, served) = buffer.read_from(seg, index * CHUNK, how).ok()?;
             policy.count(served);
             let chunk = Arc::new(chunk);
             self.buffers.drain(chunk.clone());
@@ -609,7 +582,7 @@ impl ChunkShare {
         self.reads.fetch_add(1, Ordering::Relaxed);
         let bytes = self
             .buffer()
-            .and_then(|buffer| seg.read_chunk(buffer, key.1 * CHUNK, how))
+            .and_then(|buffer| buffer.read_from(seg, key.1 * CHUNK, how))
             .ok();
         publish.bytes = bytes.map(|(chunk, served)| {
             policy.count(served);

@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// the scans are in and the ones on either side, for scanners drifting
 /// apart.
 pub const STREAM_SHARE_BYTES: u64 = 512 << 20;
-/// Of the memory the process could still take (`policy::mem_available`,
+/// Of the memory the process could still take (`Host::mem_available`,
 /// a memory cgroup's limit included) with the share's own buffers, the
 /// share keeps at most this fraction: under a tight cap the budget
 /// shrinks instead of the process being killed for memory.
@@ -113,7 +113,7 @@ impl StreamShare {
                 if map.slots.contains_key(&key) {
                     continue;
                 }
-                match self.insert(&mut map, key, capacity, false) {
+                match self.insert(&mut map, key, capacity, false, &reader.policy) {
                     Some(cell) => cell,
                     None => break,
                 }
@@ -151,7 +151,7 @@ impl StreamShare {
                 }
                 None => {
                     let capacity = buffer_len(seg, index)?;
-                    (self.insert(&mut map, key, capacity, true)?, true)
+                    (self.insert(&mut map, key, capacity, true, policy)?, true)
                 }
             }
         };
@@ -177,8 +177,9 @@ impl StreamShare {
         key: (u64, u64),
         capacity: u64,
         claimed: bool,
+        policy: &ReadPolicy,
     ) -> Option<Arc<Cell>> {
-        let budget = self.budget(map.held);
+        let budget = self.budget(map.held, policy);
         while map.held + capacity > budget {
             let victim = map
                 .slots
@@ -208,7 +209,7 @@ impl StreamShare {
     /// Bytes of buffers to keep, with `held` kept now: `STREAM_SHARE_BYTES`,
     /// or a `MEMORY_FRACTION` of the memory the process could take with
     /// them if less (looked at again after `LOOK_EVERY_MS`).
-    fn budget(&self, held: u64) -> u64 {
+    fn budget(&self, held: u64, policy: &ReadPolicy) -> u64 {
         let born = self.born.get_or_init(std::time::Instant::now);
         let now = born.elapsed().as_millis() as u64;
         let due = self.next_look_ms.load(Ordering::Relaxed);
@@ -218,7 +219,7 @@ impl StreamShare {
         }
         self.next_look_ms
             .store(now + LOOK_EVERY_MS, Ordering::Relaxed);
-        let budget = match super::policy::mem_available() {
+        let budget = match policy.mem_available() {
             Some(room) => {
                 ((room + held) / MEMORY_FRACTION).clamp(STREAM_SHARE_BYTES_MIN, STREAM_SHARE_BYTES)
             }
@@ -271,7 +272,7 @@ impl StreamShare {
         };
         let bytes = buffer_len(seg, index)
             .and_then(|len| self.buffer(len as usize).ok())
-            .and_then(|buffer| seg.read_chunk(buffer, index * CHUNK, how).ok());
+            .and_then(|buffer| buffer.read_from(seg, index * CHUNK, how).ok());
         publish.bytes = bytes.map(|(chunk, served)| {
             policy.count(served);
             self.reads.fetch_add(1, Ordering::Relaxed);

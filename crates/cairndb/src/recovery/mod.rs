@@ -290,7 +290,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             &mut |mem| flush_during_open(&*fs, &dir, new_number(), mem, &table_opts, &mut added),
             opts.memtable_bytes,
             opts.value_separation_min,
-            opts.sabotage.replay_past_damage,
+            crate::options::sabotaged!(opts, replay_past_damage),
         )?;
     }
     flush_during_open(&*fs, &dir, new_number(), &mut mem, &table_opts, &mut added)?;
@@ -406,11 +406,13 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         closing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         bg: Mutex::new(Bg::default()),
         bg_cv: Condvar::new(),
-        last_seqno: AtomicU64::new(if opts.sabotage.stale_seqno_after_open {
-            manifest_seqno
-        } else {
-            rec.last_seqno
-        }),
+        last_seqno: AtomicU64::new(
+            if crate::options::sabotaged!(opts, stale_seqno_after_open) {
+                manifest_seqno
+            } else {
+                rec.last_seqno
+            },
+        ),
         next_file,
         pins: crate::txn::registry::Registry::new(),
         tables,
@@ -420,7 +422,10 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         blocks,
         workers: Arc::new(crate::pool::WorkerPool::new()),
         share: Arc::default(),
-        policy: Arc::new(crate::read::policy::ReadPolicy::new(opts.value_reads)),
+        policy: Arc::new(crate::read::policy::ReadPolicy::new(
+            opts.value_reads,
+            opts.fs.host(),
+        )),
         txn_begun: std::sync::atomic::AtomicBool::new(false),
         l0_new_keys: std::sync::atomic::AtomicBool::new(false),
         to_warm: parking_lot::Mutex::new(Vec::new()),

@@ -13,7 +13,7 @@
 use super::{Reaper, files};
 use crate::format::vptr::ValuePtr;
 use crate::io::FileRead;
-use crate::read::policy::{How, Served};
+use crate::io::{AlignedBuf, How, Served};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -166,16 +166,11 @@ impl SegmentFile {
     }
 
     /// Up to `chunk`'s length of bytes at `offset` (fewer where the file
-    /// ends) into `chunk`, a buffer aligned for direct IO: chunk reads of
-    /// shared scans (`read/share.rs`), read as `how` says (`offset` is a
-    /// multiple of `io::DIRECT_ALIGN`, and so is the chunk's length);
-    /// returns how the read was served.
-    pub fn read_chunk(
-        &self,
-        mut chunk: crate::read::share::Chunk,
-        offset: u64,
-        how: How,
-    ) -> io::Result<(crate::read::share::Chunk, Served)> {
+    /// ends: `chunk` is truncated to what was read), read as `how` says:
+    /// chunk reads of shared scans (`read/share.rs`; `offset` is a
+    /// multiple of `io::DIRECT_ALIGN`, and so is the chunk's length).
+    /// Returns how the read was served.
+    pub fn read_chunk(&self, chunk: &mut AlignedBuf, offset: u64, how: How) -> io::Result<Served> {
         let len = chunk.bytes().len();
         if how == How::CachedElseDirect {
             let reader = self.handle(&self.reader, false)?;
@@ -183,7 +178,7 @@ impl SegmentFile {
                 .map_or(len, |n| n.min(len));
             if upto > 0 && reader.read_cached(&mut chunk.bytes_mut()[..upto], offset)? {
                 chunk.truncate(upto);
-                return Ok((chunk, Served::Cached));
+                return Ok(Served::Cached);
             }
         }
         if !how.direct_misses() {
@@ -191,7 +186,7 @@ impl SegmentFile {
                 .handle(&self.reader, false)?
                 .read_at(chunk.bytes_mut(), offset)?;
             chunk.truncate(got);
-            return Ok((chunk, Served::Buffered));
+            return Ok(Served::Buffered);
         }
         // A direct read must ask for whole aligned blocks, also at the end
         // of the file: read the file's last block whole and cut after.
@@ -204,7 +199,7 @@ impl SegmentFile {
         let got =
             got.min(usize::try_from(handle.len().saturating_sub(offset)).unwrap_or(usize::MAX));
         chunk.truncate(got);
-        Ok((chunk, Served::Direct))
+        Ok(Served::Direct)
     }
 
     /// The descriptor of the handle for direct reads (opened on first

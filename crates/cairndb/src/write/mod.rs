@@ -306,7 +306,9 @@ impl Inner {
     /// order, against the committed state and against the members before
     /// them. Marks the losers `rejected`; returns which members go on.
     fn check_group(&self, group: &[Arc<Pending>], recent: &RecentWrites) -> Vec<bool> {
-        if group.iter().all(|p| p.check.is_none()) || self.opts.sabotage.skip_conflict_checks {
+        if group.iter().all(|p| p.check.is_none())
+            || crate::options::sabotaged!(self.opts, skip_conflict_checks)
+        {
             return vec![true; group.len()];
         }
         // Under the journal lock: no commit is in flight, so a view holds
@@ -385,7 +387,7 @@ impl Inner {
         let mut own_bytes = 0u64;
         for (i, p) in live().enumerate() {
             let rep = p.rep_for(number);
-            if self.opts.sabotage.split_batches {
+            if crate::options::sabotaged!(self.opts, split_batches) {
                 next = codec::encode_split(
                     &mut buf,
                     journal_seed(journal.number, self.db_id),
@@ -434,7 +436,8 @@ impl Inner {
             "the journal moved while the group was encoded"
         );
         let group_bytes = buf.len() as u64 + own_bytes;
-        let sync = group.iter().any(|p| p.sync) && !self.opts.sabotage.skip_journal_sync;
+        let sync = group.iter().any(|p| p.sync)
+            && !crate::options::sabotaged!(self.opts, skip_journal_sync);
         // An unsynced group that takes the journal past `presync_at`
         // starts a background sync, unless one is still running (the
         // device is behind: waiting for it would stall writers).
