@@ -29,6 +29,7 @@
 pub mod cache;
 mod compaction;
 mod db;
+mod engine;
 pub mod error;
 mod flush;
 pub(crate) mod format;

@@ -8,7 +8,7 @@
 //! once no reader holds the memtable. A crash before the edit is synced
 //! leaves an orphan table (deleted on open) and the journal (replayed).
 
-use crate::db::Inner;
+use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::format::key::{self, Kind};
 use crate::format::manifest::{Edit, TableRecord};
@@ -54,9 +54,9 @@ pub(crate) fn write_table(
         if let Some((_, tag)) = key::split(ikey) {
             max_seqno = max_seqno.max(key::tag_seqno(tag));
             if key::tag_kind(tag) == Kind::Pointer as u8 {
-                let ptr = ValuePtr::decode(value).ok_or_else(|| {
-                    Error::InvalidArgument("internal: memtable holds a bad value pointer".into())
-                })?;
+                // Commits encode the pointers they insert, and replay
+                // inserts only pointers it decoded.
+                let ptr = ValuePtr::decode(value).expect("a memtable's value pointers decode");
                 *live.entry(ptr.segment).or_default() += u64::from(ptr.len);
             }
         }

@@ -23,8 +23,14 @@
 //! records were synced: that, and any bad record in an earlier journal, is
 //! `Corruption`.
 
+// Recovery reads untrusted files: it may not panic on their bytes.
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::expect_used)
+)]
+
 use crate::cache::BlockCache;
-use crate::db::{Bg, Counters, Inner, Journal, State};
+use crate::engine::Opened;
 use crate::error::{Error, Result};
 use crate::format::batch as batch_codec;
 use crate::format::key::Kind;
@@ -41,13 +47,12 @@ use crate::limits::SEQNO_MAX;
 use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::read::TableCache;
-use crate::version::apply::{ManifestStart, write_manifest};
 use crate::version::files::{self, FileKind};
 use crate::version::segments::SegmentFile;
 use crate::version::{Reaper, Version};
-use crate::write::queue::GroupQueue;
+use crate::write::journal::Journal;
+use crate::write::manifest::{ManifestStart, write_manifest};
 use crate::write::{Separate, insert_batch};
-use parking_lot::{Condvar, Mutex, RwLock};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -84,32 +89,215 @@ impl Recovered {
     }
 }
 
-pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
+pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
     opts.validate()?;
-    let fs = opts.fs.clone();
-    let dir = dir.to_path_buf();
-    if !fs.exists(&dir) && !opts.create_if_missing {
-        return Err(Error::InvalidArgument(format!(
-            "{} does not exist and create_if_missing is false",
-            dir.display()
-        )));
-    }
-    fs.create_dir_all(&dir)
-        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-    let lock = fs
-        .lock(&dir)
-        .map_err(|e| Error::io(format!("locking {}", dir.display()), e))?;
-    let names = fs
-        .list(&dir)
-        .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-    let kinds: Vec<FileKind> = names.iter().map(|n| files::parse(n)).collect();
-    let mut written = Written::new(&*fs, &dir, &names);
+    let listing = Listing::take(dir, &opts)?;
+    let mut written = Written::new(&*opts.fs, &listing.dir, &listing.names);
+    let (tables, reaper, blocks) = caches(&listing.dir, &opts);
+    let mut rec = read_or_create_manifest(&listing, &opts, &reaper)?;
+    // A database read from a manifest before format 4 gets its identity
+    // now; the manifest this open writes records it.
+    let db_id = rec.db_id.unwrap_or_else(|| opts.fs.new_db_id());
+    tables.set_db_id(db_id);
+    let table_opts = TableOptions {
+        block_size: opts.block_bytes,
+        restart_interval: opts.block_restart_interval,
+        filter: opts.filter,
+        db_id,
+    };
+    let next_file = AtomicU64::new(listing.next_file(&rec)?);
+    let new_number = || next_file.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let manifest_seqno = rec.last_seqno;
+    replay_journals(&listing, &opts, &table_opts, &reaper, &mut rec, &new_number)?;
+    listing.keep_free_journals(&reaper);
 
+    // A fresh journal (from a free file if one is kept), then a fresh
+    // manifest naming it as the floor.
+    let dir = &listing.dir;
+    let journal_number = new_number();
+    let journal_file = reaper.new_journal(journal_number).map_err(|e| {
+        let path = files::journal(dir, journal_number);
+        Error::io(format!("creating {}", path.display()), e)
+    })?;
+    let manifest_number = new_number();
+    let manifest = write_manifest(
+        &*opts.fs,
+        dir,
+        manifest_number,
+        &rec.version,
+        &ManifestStart {
+            db_id,
+            journal_floor: journal_number,
+            next_file: next_file.load(std::sync::atomic::Ordering::SeqCst),
+            last_seqno: rec.last_seqno,
+        },
+    )?;
+    written.keep();
+    drop(written);
+    listing.remove_garbage(&rec.version, journal_number, manifest_number, &opts);
+
+    // The new journal's value streams: one, until a sealed journal's
+    // keys show where to cut.
+    let streams = (opts.value_partitions > 0).then(|| {
+        Arc::new(crate::write::streams::Streams::new(
+            &reaper,
+            journal_number,
+            new_number(),
+            Vec::new(),
+        ))
+    });
+    let mem = Memtable::with_segment(
+        SegmentFile::new_journal(&reaper, journal_number, journal_file.reader()),
+        streams.clone(),
+    );
+    let published_seqno = if crate::options::sabotaged!(opts, stale_seqno_after_open) {
+        manifest_seqno
+    } else {
+        rec.last_seqno
+    };
+    Ok(Opened {
+        dir: listing.dir,
+        db_id,
+        table_opts,
+        version: rec.version,
+        mem,
+        journal: Journal::new(journal_file, journal_number, rec.last_seqno, streams),
+        manifest,
+        published_seqno,
+        next_file: next_file.into_inner(),
+        lock: listing.lock,
+        tables,
+        reaper,
+        blocks,
+        opts,
+    })
+}
+
+/// The database directory as an open found it: locked, and its files
+/// listed (before the open wrote any).
+struct Listing {
+    fs: Arc<dyn Fs>,
+    dir: PathBuf,
+    lock: Box<dyn crate::io::DirLock>,
+    names: Vec<String>,
+    kinds: Vec<FileKind>,
+}
+
+impl Listing {
+    /// Creates the directory if allowed, takes its lock and lists it.
+    fn take(dir: &Path, opts: &Options) -> Result<Listing> {
+        let fs = opts.fs.clone();
+        let dir = dir.to_path_buf();
+        if !fs.exists(&dir) && !opts.create_if_missing {
+            return Err(Error::InvalidArgument(format!(
+                "{} does not exist and create_if_missing is false",
+                dir.display()
+            )));
+        }
+        fs.create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let lock = fs
+            .lock(&dir)
+            .map_err(|e| Error::io(format!("locking {}", dir.display()), e))?;
+        let names = fs
+            .list(&dir)
+            .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+        let kinds = names.iter().map(|n| files::parse(n)).collect();
+        Ok(Listing {
+            fs,
+            dir,
+            lock,
+            names,
+            kinds,
+        })
+    }
+
+    /// The first file number free for this open: past the manifest's
+    /// counter and every number in the directory. The engine never gets
+    /// near `FILE_NUMBER_MAX`, so a number past it is a foreign or damaged
+    /// name, and would overflow the counter.
+    fn next_file(&self, rec: &Recovered) -> Result<u64> {
+        let max_seen = self
+            .kinds
+            .iter()
+            .filter_map(|k| match k {
+                FileKind::Manifest(n)
+                | FileKind::Journal(n)
+                | FileKind::Table(n)
+                | FileKind::Values(n)
+                | FileKind::Stream(n)
+                | FileKind::Free(n) => Some(*n),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let next = rec.next_file.max(max_seen.saturating_add(1));
+        if next > FILE_NUMBER_MAX {
+            return Err(Error::corruption(
+                &self.dir,
+                0,
+                format!(
+                    "file number {} is past the largest the engine uses",
+                    next - 1
+                ),
+            ));
+        }
+        Ok(next)
+    }
+
+    /// Free journal files found are kept for reuse, up to the reaper's
+    /// bound; the rest are deleted.
+    fn keep_free_journals(&self, reaper: &Reaper) {
+        let mut free = reaper.free.lock();
+        for (name, kind) in self.names.iter().zip(&self.kinds) {
+            if let FileKind::Free(n) = kind {
+                if free.len() < reaper.free_max {
+                    free.push(*n);
+                } else {
+                    let _ = self.fs.remove(&self.dir.join(name));
+                }
+            }
+        }
+    }
+
+    /// Deletes what the new manifest (`manifest_number`, naming `version`
+    /// and the fresh journal `journal_number`) does not reference: old
+    /// journals and manifests, tables and values files of interrupted
+    /// work, temporary files, and a staging ring a handle without direct
+    /// journals has no use for (its content was replayed).
+    fn remove_garbage(
+        &self,
+        version: &Version,
+        journal_number: u64,
+        manifest_number: u64,
+        opts: &Options,
+    ) {
+        let live: std::collections::HashSet<u64> = version.numbers().collect();
+        for (name, kind) in self.names.iter().zip(&self.kinds) {
+            let garbage = match kind {
+                FileKind::Journal(n) => *n < journal_number && !version.segments.contains_key(n),
+                FileKind::Manifest(n) => *n != manifest_number,
+                FileKind::Table(n) => !live.contains(n),
+                FileKind::Values(n) | FileKind::Stream(n) => !version.segments.contains_key(n),
+                FileKind::Temp => true,
+                FileKind::Stage => !opts.journal_direct,
+                _ => false,
+            };
+            if garbage {
+                let _ = self.fs.remove(&self.dir.join(name));
+            }
+        }
+    }
+}
+
+/// The runtime caches an open reads through: the table cache (with the
+/// block cache, if any) and the reaper that owns segment files.
+fn caches(dir: &Path, opts: &Options) -> (Arc<TableCache>, Arc<Reaper>, Option<Arc<BlockCache>>) {
     let blocks = (opts.block_cache_bytes > 0)
         .then(|| Arc::new(BlockCache::new(opts.block_cache_bytes as u64)));
     let tables = Arc::new(TableCache::new(
-        fs.clone(),
-        dir.clone(),
+        opts.fs.clone(),
+        dir.to_path_buf(),
         opts.open_tables_max,
         blocks.clone(),
     ));
@@ -122,57 +310,58 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let reaper = Arc::new(Reaper {
         stage: opts
             .journal_direct
-            .then(|| (files::stage(&dir), opts.journal_ring_bytes)),
+            .then(|| (files::stage(dir), opts.journal_ring_bytes)),
         ..Reaper::new(
-            fs.clone(),
-            dir.clone(),
+            opts.fs.clone(),
+            dir.to_path_buf(),
             free_max,
             Box::new(move |n| evict_from.evict(n)),
         )
     });
-    let table_opts = TableOptions {
-        block_size: opts.block_bytes,
-        restart_interval: opts.block_restart_interval,
-        filter: opts.filter,
-        // Set once the manifest is read.
-        db_id: 0,
-    };
+    (tables, reaper, blocks)
+}
 
-    let current = files::current(&dir);
-    let mut rec = if fs.exists(&current) {
+/// What the manifest CURRENT names says, or for a new database (where
+/// allowed) an empty one. A directory without CURRENT that holds tables
+/// or a journal holding a record is a database whose CURRENT was lost:
+/// refused rather than started over on top of it.
+fn read_or_create_manifest(
+    listing: &Listing,
+    opts: &Options,
+    reaper: &Arc<Reaper>,
+) -> Result<Recovered> {
+    let (fs, dir) = (&*listing.fs, &listing.dir);
+    let current = files::current(dir);
+    if fs.exists(&current) {
         if opts.error_if_exists {
             return Err(Error::InvalidArgument(format!(
                 "a database exists at {} and error_if_exists is set",
                 dir.display()
             )));
         }
-        let rec = read_manifest(&*fs, &dir, &reaper)?;
-        check_files_present(&dir, &kinds, &rec)?;
-        rec
-    } else {
-        if !opts.create_if_missing {
-            return Err(Error::InvalidArgument(format!(
-                "no database at {} and create_if_missing is false",
-                dir.display()
-            )));
-        }
-        // Creating a database writes a journal and a manifest before
-        // CURRENT, so a crash during creation leaves those without CURRENT;
-        // nothing was acknowledged yet, so the journals hold no record.
-        // Tables, or a journal holding a record, mean a database whose
-        // CURRENT was lost: refuse rather than start over on top of it.
-        let mut has_data = false;
-        for (name, kind) in names.iter().zip(&kinds) {
-            has_data |= match kind {
-                FileKind::Table(_) | FileKind::Values(_) | FileKind::Stream(_) => true,
-                // Whichever build was creating it.
-                FileKind::Journal(n) => {
-                    journal_holds_record(&*fs, &dir.join(name), Framing::Numbered(*n))?
-                        || journal_holds_record(&*fs, &dir.join(name), Framing::Plain)?
-                }
-                _ => false,
-            };
-        }
+        let rec = read_manifest(fs, dir, reaper)?;
+        check_files_present(dir, &listing.kinds, &rec)?;
+        return Ok(rec);
+    }
+    if !opts.create_if_missing {
+        return Err(Error::InvalidArgument(format!(
+            "no database at {} and create_if_missing is false",
+            dir.display()
+        )));
+    }
+    // Creating a database writes a journal and a manifest before
+    // CURRENT, so a crash during creation leaves those without CURRENT;
+    // nothing was acknowledged yet, so the journals hold no record.
+    for (name, kind) in listing.names.iter().zip(&listing.kinds) {
+        let has_data = match kind {
+            FileKind::Table(_) | FileKind::Values(_) | FileKind::Stream(_) => true,
+            // Whichever build was creating it.
+            FileKind::Journal(n) => {
+                journal_holds_record(fs, &dir.join(name), Framing::Numbered(*n))?
+                    || journal_holds_record(fs, &dir.join(name), Framing::Plain)?
+            }
+            _ => false,
+        };
         if has_data {
             return Err(Error::corruption(
                 current,
@@ -180,54 +369,34 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                 "CURRENT is missing but the directory holds tables or journal records",
             ));
         }
-        Recovered {
-            version: Version::default(),
-            journal_floor: 0,
-            next_file: 1,
-            last_seqno: 0,
-            format: MANIFEST_FORMAT,
-            db_id: None,
-            clean_close: None,
-        }
-    };
-    // A database read from a manifest before format 4 gets its identity
-    // now; the manifest this open writes records it.
-    let db_id = rec.db_id.unwrap_or_else(|| fs.new_db_id());
-    let mut table_opts = table_opts;
-    table_opts.db_id = db_id;
-    tables.set_db_id(db_id);
-    let max_seen = kinds
-        .iter()
-        .filter_map(|k| match k {
-            FileKind::Manifest(n)
-            | FileKind::Journal(n)
-            | FileKind::Table(n)
-            | FileKind::Values(n)
-            | FileKind::Stream(n)
-            | FileKind::Free(n) => Some(*n),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
-    // File numbers come from names in the directory and from the
-    // manifest; the engine never gets near this bound, so a number past it
-    // is a foreign or damaged name, and would overflow the counter.
-    let next = rec.next_file.max(max_seen.saturating_add(1));
-    if next > FILE_NUMBER_MAX {
-        return Err(Error::corruption(
-            &dir,
-            0,
-            format!(
-                "file number {} is past the largest the engine uses",
-                next - 1
-            ),
-        ));
     }
-    let next_file = AtomicU64::new(next);
-    let new_number = || next_file.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(Recovered {
+        version: Version::default(),
+        journal_floor: 0,
+        next_file: 1,
+        last_seqno: 0,
+        format: MANIFEST_FORMAT,
+        db_id: None,
+        clean_close: None,
+    })
+}
 
-    // Replay journals into memtables, flushing each full one to level 0.
-    let mut journals: Vec<u64> = kinds
+/// Replays every journal at or above the manifest's floor, in order, into
+/// a memtable, flushing it to a level-0 table whenever it fills (so replay
+/// needs at most one memtable of memory) and once at the end; the tables
+/// join `rec.version` and the seqnos found raise `rec.last_seqno`. Table
+/// numbers come from `new_number`.
+fn replay_journals(
+    listing: &Listing,
+    opts: &Options,
+    table_opts: &TableOptions,
+    reaper: &Arc<Reaper>,
+    rec: &mut Recovered,
+    new_number: &dyn Fn() -> u64,
+) -> Result<()> {
+    let (fs, dir) = (&*listing.fs, &listing.dir);
+    let mut journals: Vec<u64> = listing
+        .kinds
         .iter()
         .filter_map(|k| match k {
             FileKind::Journal(n) if *n >= rec.journal_floor => Some(*n),
@@ -242,8 +411,8 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let mut holds_writes = Vec::with_capacity(journals.len());
     for &n in &journals {
         holds_writes.push(journal_holds_record(
-            &*fs,
-            &files::journal(&dir, n),
+            fs,
+            &files::journal(dir, n),
             rec.framing(n),
         )?);
     }
@@ -253,12 +422,18 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         && !journals.contains(&closed)
     {
         return Err(Error::corruption(
-            files::journal(&dir, closed),
+            files::journal(dir, closed),
             0,
             format!("the journal a clean close left {len} bytes long is missing"),
         ));
     }
-    let manifest_seqno = rec.last_seqno;
+    let replay = Replay {
+        fs,
+        dir,
+        memtable_bytes: opts.memtable_bytes,
+        separate_min: opts.value_separation_min,
+        resync: crate::options::sabotaged!(opts, replay_past_damage),
+    };
     let mut mem = Memtable::new(0);
     let mut added = Edit::default();
     for (i, &n) in journals.iter().enumerate() {
@@ -267,170 +442,34 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         // close found it, and none after it holds a write. Damage
         // anywhere is then reported, never cut as a torn tail.
         let end = match rec.clean_close {
-            None => End::MayBeTorn(!holds_writes[i + 1..].contains(&true)),
+            None => End::MayBeTorn(!holds_writes.iter().skip(i + 1).any(|&w| w)),
             Some((closed, len)) if n == closed => End::Closed(len),
             Some((closed, _)) if n < closed => End::MayBeTorn(false),
-            Some(_) if holds_writes[i] => {
+            Some(_) if holds_writes.get(i) == Some(&true) => {
                 return Err(Error::corruption(
-                    files::journal(&dir, n),
+                    files::journal(dir, n),
                     0,
                     "journal after the one a clean close ended holds writes",
                 ));
             }
             Some(_) => continue,
         };
-        replay_journal(
-            &*fs,
-            &dir,
-            n,
-            rec.framing(n),
-            end,
-            &mut rec.last_seqno,
-            &mut mem,
-            &mut |mem| flush_during_open(&*fs, &dir, new_number(), mem, &table_opts, &mut added),
-            opts.memtable_bytes,
-            opts.value_separation_min,
-            crate::options::sabotaged!(opts, replay_past_damage),
-        )?;
+        let framing = rec.framing(n);
+        replay.journal(n, framing, end, &mut rec.last_seqno, &mut mem, &mut |mem| {
+            flush_during_open(fs, dir, new_number(), mem, table_opts, &mut added)
+        })?;
     }
-    flush_during_open(&*fs, &dir, new_number(), &mut mem, &table_opts, &mut added)?;
+    flush_during_open(fs, dir, new_number(), &mut mem, table_opts, &mut added)?;
     if !added.added.is_empty() {
-        fs.sync_dir(&dir)
+        fs.sync_dir(dir)
             .map_err(|e| Error::io("syncing the database directory", e))?;
         let (v, _) = rec
             .version
-            .apply(&added, &reaper)
-            .map_err(|d| Error::corruption(&dir, 0, d))?;
+            .apply(&added, reaper)
+            .map_err(|d| Error::corruption(dir, 0, d))?;
         rec.version = v;
     }
-
-    // Free journal files found are kept for reuse, up to the bound.
-    {
-        let mut free = reaper.free.lock();
-        for (name, kind) in names.iter().zip(&kinds) {
-            if let FileKind::Free(n) = kind {
-                if free.len() < free_max {
-                    free.push(*n);
-                } else {
-                    let _ = fs.remove(&dir.join(name));
-                }
-            }
-        }
-    }
-
-    // A fresh journal (from a free file if one is kept), then a fresh
-    // manifest naming it as the floor.
-    let journal_number = new_number();
-    let journal_file = reaper.new_journal(journal_number).map_err(|e| {
-        let path = files::journal(&dir, journal_number);
-        Error::io(format!("creating {}", path.display()), e)
-    })?;
-    let manifest_number = new_number();
-    let manifest = write_manifest(
-        &*fs,
-        &dir,
-        manifest_number,
-        &rec.version,
-        &ManifestStart {
-            db_id,
-            journal_floor: journal_number,
-            next_file: next_file.load(std::sync::atomic::Ordering::SeqCst),
-            last_seqno: rec.last_seqno,
-        },
-    )?;
-    written.keep();
-
-    // Everything the new manifest does not reference is garbage now.
-    let live: std::collections::HashSet<u64> = rec.version.numbers().collect();
-    for (name, kind) in names.iter().zip(&kinds) {
-        let garbage = match kind {
-            FileKind::Journal(n) => *n < journal_number && !rec.version.segments.contains_key(n),
-            FileKind::Manifest(n) => *n != manifest_number,
-            FileKind::Table(n) => !live.contains(n),
-            FileKind::Values(n) | FileKind::Stream(n) => !rec.version.segments.contains_key(n),
-            FileKind::Temp => true,
-            // Its content was replayed above; a handle without direct
-            // journals has no use for it.
-            FileKind::Stage => !opts.journal_direct,
-            _ => false,
-        };
-        if garbage {
-            let _ = fs.remove(&dir.join(name));
-        }
-    }
-
-    // The new journal's value streams: one, until a sealed journal's
-    // keys show where to cut.
-    let streams = (opts.value_partitions > 0).then(|| {
-        let first = next_file.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Arc::new(crate::write::streams::Streams::new(
-            &reaper,
-            journal_number,
-            first,
-            Vec::new(),
-        ))
-    });
-
-    Ok(Inner {
-        db_id,
-        dir: dir.clone(),
-        fs: fs.clone(),
-        table_opts,
-        state: RwLock::new(State {
-            mem: Arc::new(Memtable::with_segment(
-                SegmentFile::new_journal(&reaper, journal_number, journal_file.reader()),
-                streams.clone(),
-            )),
-            sealed: Vec::new(),
-            pressure: crate::compaction::write_pressure(
-                &rec.version,
-                &opts,
-                crate::compaction::L0Triggers::new(&opts, false),
-            ),
-            table_seqno_max: rec.last_seqno,
-            version: Arc::new(rec.version),
-        }),
-        queue: GroupQueue::new(),
-        journal: Mutex::new(Journal {
-            file: Some(journal_file),
-            number: journal_number,
-            poisoned: false,
-            synced_seqno: rec.last_seqno,
-            recent: crate::txn::recent::RecentWrites::new(rec.last_seqno + 1),
-            presync: None,
-            presync_at: crate::write::PRESYNC_BYTES,
-            streams,
-        }),
-        manifest: Mutex::new(manifest),
-        compaction_lock: Mutex::new(()),
-        closing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        bg: Mutex::new(Bg::default()),
-        bg_cv: Condvar::new(),
-        last_seqno: AtomicU64::new(
-            if crate::options::sabotaged!(opts, stale_seqno_after_open) {
-                manifest_seqno
-            } else {
-                rec.last_seqno
-            },
-        ),
-        next_file,
-        pins: crate::txn::registry::Registry::new(),
-        tables,
-        reaper,
-        counters: Counters::default(),
-        lock: Mutex::new(Some(lock)),
-        blocks,
-        workers: Arc::new(crate::pool::WorkerPool::new()),
-        share: Arc::default(),
-        policy: Arc::new(crate::read::policy::ReadPolicy::new(
-            opts.value_reads,
-            opts.fs.host(),
-        )),
-        txn_begun: std::sync::atomic::AtomicBool::new(false),
-        l0_new_keys: std::sync::atomic::AtomicBool::new(false),
-        to_warm: parking_lot::Mutex::new(Vec::new()),
-        opts,
-    })
+    Ok(())
 }
 
 /// How a replayed journal may end (see the replay loop in `open`).
@@ -706,170 +745,228 @@ fn journal_holds_record(fs: &dyn Fs, path: &Path, framing: Framing) -> Result<bo
     Ok(log::starts_with_record(&record, framing))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn replay_journal(
-    fs: &dyn Fs,
-    dir: &Path,
-    number: u64,
-    framing: Framing,
-    end: End,
-    last_seqno: &mut u64,
-    mem: &mut Memtable,
-    flush: &mut dyn FnMut(&mut Memtable) -> Result<()>,
+/// How journals are replayed into a memtable (`replay_journals`).
+struct Replay<'a> {
+    fs: &'a dyn Fs,
+    dir: &'a Path,
+    /// A memtable this full is flushed (`Options::memtable_bytes`).
     memtable_bytes: usize,
+    /// `Options::value_separation_min`.
     separate_min: usize,
-    sabotage_resync: bool,
-) -> Result<()> {
-    let rule = Separate {
-        min: separate_min,
-        segment: number,
-    };
-    let path: PathBuf = files::journal(dir, number);
-    let data = read_settled(fs, &path, |d| {
-        log::scan_framed(d, framing, |_, _, _| true).tail == Tail::Clean
-    })
-    .map_err(|e| Error::io(format!("reading journal {}", path.display()), e))?;
-    let may_be_torn = end == End::MayBeTorn(true);
-    let data = match end {
-        End::MayBeTorn(true) => with_staged_tail(fs, dir, number, framing, data, *last_seqno)?,
-        End::MayBeTorn(false) => data,
-        End::Closed(len) => {
-            let mut data = data;
-            if (data.len() as u64) < len {
-                return Err(Error::corruption(
-                    &path,
-                    data.len() as u64,
-                    format!("a clean close left this journal {len} bytes long; it holds fewer"),
-                ));
+    /// `Sabotage::replay_past_damage`.
+    resync: bool,
+}
+
+impl Replay<'_> {
+    /// Replays journal `number` into `mem` (flushed through `flush`
+    /// whenever it fills), raising `last_seqno` past each batch.
+    fn journal(
+        &self,
+        number: u64,
+        framing: Framing,
+        end: End,
+        last_seqno: &mut u64,
+        mem: &mut Memtable,
+        flush: &mut dyn FnMut(&mut Memtable) -> Result<()>,
+    ) -> Result<()> {
+        let rule = Separate {
+            min: self.separate_min,
+            segment: number,
+        };
+        let path = files::journal(self.dir, number);
+        let data = self.read(&path, number, framing, end, *last_seqno)?;
+        let records = self.intact_records(&path, &data, framing, end, *last_seqno)?;
+        let may_be_torn = end == End::MayBeTorn(true);
+        let vouched = vouched(&records, may_be_torn);
+        let mut streams = StreamFiles::default();
+        for (offset, kind, payload) in records {
+            let bad = |d: String| Error::corruption(&path, offset, d);
+            let Some((_, payload)) = batch_codec::split_journal_record(kind, payload) else {
+                return Err(bad("journal holds a non-batch record".into()));
+            };
+            let batch = batch_codec::decode(payload).map_err(bad)?;
+            let last = self.check_seqnos(&batch, *last_seqno).map_err(bad)?;
+            // `payload` borrows from `data`, the whole file: its distance
+            // from the start is its offset in the journal.
+            let at = (payload.as_ptr() as usize - data.as_ptr() as usize) as u64;
+            let synced = last <= vouched;
+            let place = synced.then_some((at, &rule));
+            // Values in value streams: a synced record's stay there (the
+            // sync that vouched for it synced its streams first, and reads
+            // check each value); an unsynced record's are copied into the
+            // tables, like its inline values, and the first that is
+            // missing or does not match its pointer ends the journal as a
+            // torn tail would (unsynced appends reach the device in any
+            // order).
+            let inlined;
+            let payload = if batch.ops.iter().any(|op| op.kind == Kind::Pointer) {
+                let got = if synced {
+                    streams
+                        .check_present(self.fs, self.dir, &batch)
+                        .map(|()| None)
+                } else {
+                    streams.inline(self.fs, self.dir, &batch).map(Some)
+                };
+                match got {
+                    Ok(None) => payload,
+                    Ok(Some(rep)) => {
+                        inlined = rep;
+                        &inlined[..]
+                    }
+                    Err(StreamMiss::Io(e)) => return Err(e),
+                    Err(StreamMiss::Absent(_)) if may_be_torn && !synced => break,
+                    Err(StreamMiss::Absent(d)) => return Err(bad(d)),
+                }
+            } else {
+                payload
+            };
+            let seqno = insert_batch(&mut mem.writer(), payload, batch.first_seqno, place, None)
+                .map_err(bad)?;
+            assert_eq!(seqno - 1, last, "a replayed batch ends at its last seqno");
+            *last_seqno = (*last_seqno).max(last);
+            if mem.approx_bytes() >= self.memtable_bytes {
+                flush(mem)?;
             }
-            // Past `len` only zeros a pre-write or a page-padded tail
-            // write left.
-            data.truncate(len as usize);
-            data
         }
-    };
-    // Damage is a torn tail unless an intact record after it continues
-    // this journal (a batch with a higher seqno than everything before the
-    // damage; a stored value that happens to hold a record image does not
-    // qualify) and its durability mark says some of those higher seqnos
-    // had been synced, i.e. synced records were damaged.
-    let scan = log::scan_framed(&data, framing, journal_continues(*last_seqno));
-    let records = match scan.tail {
-        Tail::Clean => scan.records,
-        Tail::Torn { .. } | Tail::Damaged { .. } if sabotage_resync => {
-            log::scan_resync(&data, framing)
+        Ok(())
+    }
+
+    /// Journal `number`'s bytes as replay judges them: read until two
+    /// reads agree where it looks damaged (`read_settled`), with the
+    /// records only the staging ring holds appended to the newest
+    /// journal, and cut at the length a clean close recorded.
+    fn read(
+        &self,
+        path: &Path,
+        number: u64,
+        framing: Framing,
+        end: End,
+        last_seqno: u64,
+    ) -> Result<Vec<u8>> {
+        let data = read_settled(self.fs, path, |d| {
+            log::scan_framed(d, framing, |_, _, _| true).tail == Tail::Clean
+        })
+        .map_err(|e| Error::io(format!("reading journal {}", path.display()), e))?;
+        match end {
+            End::MayBeTorn(true) => {
+                with_staged_tail(self.fs, self.dir, number, framing, data, last_seqno)
+            }
+            End::MayBeTorn(false) => Ok(data),
+            End::Closed(len) => {
+                let mut data = data;
+                if (data.len() as u64) < len {
+                    return Err(Error::corruption(
+                        path,
+                        data.len() as u64,
+                        format!("a clean close left this journal {len} bytes long; it holds fewer"),
+                    ));
+                }
+                // Past `len` only zeros a pre-write or a page-padded tail
+                // write left.
+                data.truncate(len as usize);
+                Ok(data)
+            }
         }
-        Tail::Torn { .. } if may_be_torn => scan.records,
-        Tail::Torn { offset } => {
-            return Err(Error::corruption(
-                &path,
+    }
+
+    /// The records of `data` replay takes: all of them, or those before
+    /// a torn tail where the journal may end torn. Damage is a torn tail
+    /// unless an intact record after it continues this journal (a batch
+    /// with a higher seqno than everything before the damage; a stored
+    /// value that happens to hold a record image does not qualify) and
+    /// its durability mark says some of those higher seqnos had been
+    /// synced, i.e. synced records were damaged: that is `Corruption`, as
+    /// is any damage where the journal may not end torn.
+    fn intact_records<'d>(
+        &self,
+        path: &Path,
+        data: &'d [u8],
+        framing: Framing,
+        end: End,
+        last_seqno: u64,
+    ) -> Result<Vec<log::Record<'d>>> {
+        let scan = log::scan_framed(data, framing, journal_continues(last_seqno));
+        match scan.tail {
+            Tail::Clean => Ok(scan.records),
+            Tail::Torn { .. } | Tail::Damaged { .. } if self.resync => {
+                Ok(log::scan_resync(data, framing))
+            }
+            Tail::Torn { .. } if end == End::MayBeTorn(true) => Ok(scan.records),
+            Tail::Torn { offset } => Err(Error::corruption(
+                path,
                 offset,
                 if matches!(end, End::Closed(_)) {
                     "damaged journal record before the end a clean close recorded"
                 } else {
                     "bad record in a journal followed by a later journal holding writes"
                 },
-            ));
-        }
-        Tail::Damaged { offset } => {
-            return Err(Error::corruption(
-                &path,
+            )),
+            Tail::Damaged { offset } => Err(Error::corruption(
+                path,
                 offset,
                 "damaged journal record that a later record marks as synced",
-            ));
+            )),
         }
-    };
-    // Separated values stay where they are only in records a successful
-    // sync covered: every record of a journal a later journal follows (it
-    // was synced when sealed), and in the last journal the records up to
-    // its highest durability mark. Values of the records after that are
-    // copied into the tables written at open. They may be on the device
-    // or not — and after a failed fsync the kernel may show bytes the
-    // device never got ("lost" writeback), which a later fsync does not
-    // write again — so tables must not point at them.
-    let vouched = if may_be_torn {
-        records
-            .iter()
-            .filter_map(|&(_, k, p)| batch_codec::split_journal_record(k, p))
-            .map(|(mark, _)| mark)
-            .max()
-            .unwrap_or(0)
-    } else {
-        u64::MAX
-    };
-    let mut streams = StreamFiles::default();
-    for (offset, kind, payload) in records {
-        let bad = |d: String| Error::corruption(&path, offset, d);
-        let Some((_, payload)) = batch_codec::split_journal_record(kind, payload) else {
-            return Err(bad("journal holds a non-batch record".into()));
-        };
-        let batch = batch_codec::decode(payload).map_err(bad)?;
-        // The engine writes only non-empty batches with seqnos in
-        // 1..=SEQNO_MAX, each above the last: anything else would make
-        // the seqno arithmetic below wrap.
+    }
+
+    /// The last seqno of `batch`, replayed after `last_seqno`, if its
+    /// seqnos are ones the engine writes: a non-empty batch in
+    /// 1..=SEQNO_MAX (anything else would make the seqno arithmetic
+    /// wrap), starting right after the batch before it. Seqnos are handed
+    /// out without gaps (`commit_group`), and the manifest's last seqno
+    /// ends where the floor journal begins, so a gap means records were
+    /// lost or moved (a misdirected write can put later records where
+    /// earlier ones were): replay never goes past it.
+    fn check_seqnos(
+        &self,
+        batch: &batch_codec::Decoded<'_>,
+        last_seqno: u64,
+    ) -> std::result::Result<u64, String> {
         let count = batch.ops.len() as u64;
         let last = batch.first_seqno.checked_add(count.saturating_sub(1));
-        if count == 0 || batch.first_seqno == 0 || last.is_none_or(|l| l > SEQNO_MAX) {
-            return Err(bad(format!(
-                "batch of {count} ops at seqno {} is outside the seqno range",
-                batch.first_seqno
-            )));
-        }
-        // Seqnos are handed out without gaps (commit_group), and the
-        // manifest's last seqno ends where the floor journal begins, so
-        // each replayed batch starts right after the one before. A gap
-        // means records were lost or moved (a misdirected write can put
-        // later records where earlier ones were): never replay past it.
-        let follows = if sabotage_resync {
-            batch.first_seqno > *last_seqno
+        let last = match last {
+            Some(last) if count > 0 && batch.first_seqno > 0 && last <= SEQNO_MAX => last,
+            _ => {
+                return Err(format!(
+                    "batch of {count} ops at seqno {} is outside the seqno range",
+                    batch.first_seqno
+                ));
+            }
+        };
+        let follows = if self.resync {
+            batch.first_seqno > last_seqno
         } else {
             Some(batch.first_seqno) == last_seqno.checked_add(1)
         };
         if !follows {
-            return Err(bad(format!(
-                "batch seqno {} does not follow {}",
-                batch.first_seqno, *last_seqno
-            )));
+            return Err(format!(
+                "batch seqno {} does not follow {last_seqno}",
+                batch.first_seqno
+            ));
         }
-        // `payload` borrows from `data`, the whole file: its distance from
-        // the start is its offset in the journal.
-        let at = (payload.as_ptr() as usize - data.as_ptr() as usize) as u64;
-        let synced = last.is_some_and(|l| l <= vouched);
-        let place = synced.then_some((at, &rule));
-        // Values in value streams: a synced record's stay there (the
-        // sync that vouched for it synced its streams first, and reads
-        // check each value); an unsynced record's are copied into the
-        // tables, like its inline values, and the first that is missing
-        // or does not match its pointer ends the journal as a torn tail
-        // would (unsynced appends reach the device in any order).
-        let inlined;
-        let payload = if batch.ops.iter().any(|op| op.kind == Kind::Pointer) {
-            let got = if synced {
-                streams.check_present(fs, dir, &batch).map(|()| None)
-            } else {
-                streams.inline(fs, dir, &batch).map(Some)
-            };
-            match got {
-                Ok(None) => payload,
-                Ok(Some(rep)) => {
-                    inlined = rep;
-                    &inlined[..]
-                }
-                Err(StreamMiss::Io(e)) => return Err(e),
-                Err(StreamMiss::Absent(_)) if may_be_torn && !synced => break,
-                Err(StreamMiss::Absent(d)) => return Err(bad(d)),
-            }
-        } else {
-            payload
-        };
-        let seqno = insert_batch(&mut mem.writer(), payload, batch.first_seqno, place, None)
-            .map_err(bad)?;
-        *last_seqno = (*last_seqno).max(seqno - 1);
-        if mem.approx_bytes() >= memtable_bytes {
-            flush(mem)?;
-        }
+        Ok(last)
     }
-    Ok(())
+}
+
+/// The highest seqno a successful sync covered among `records`:
+/// separated values stay where they are only in records such a sync
+/// covered — every record of a journal a later journal follows (it was
+/// synced when sealed), and in the last journal (`may_be_torn`) the
+/// records up to its highest durability mark. Values of the records after
+/// that are copied into the tables written at open. They may be on the
+/// device or not — and after a failed fsync the kernel may show bytes the
+/// device never got ("lost" writeback), which a later fsync does not
+/// write again — so tables must not point at them.
+fn vouched(records: &[log::Record<'_>], may_be_torn: bool) -> u64 {
+    if !may_be_torn {
+        return u64::MAX;
+    }
+    records
+        .iter()
+        .filter_map(|&(_, k, p)| batch_codec::split_journal_record(k, p))
+        .map(|(mark, _)| mark)
+        .max()
+        .unwrap_or(0)
 }
 
 /// The value streams replay reads (`write/streams.rs`), opened once each.
@@ -1043,7 +1140,7 @@ fn with_staged_tail(
     let ring_from = usize::try_from(header.flushed)
         .unwrap_or(usize::MAX)
         .clamp(end, data.len());
-    let mut tail = data[end..ring_from].to_vec();
+    let mut tail = data.get(end..ring_from).unwrap_or_default().to_vec();
     tail.extend_from_slice(&stage_format::unwrap_from(
         &stage,
         header.ring,
@@ -1063,7 +1160,7 @@ fn with_staged_tail(
         }
     }
     data.truncate(end);
-    data.extend_from_slice(&tail[..keep]);
+    data.extend_from_slice(tail.get(..keep).unwrap_or_default());
     Ok(data)
 }
 

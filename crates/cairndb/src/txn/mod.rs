@@ -25,7 +25,7 @@ mod own;
 pub(crate) mod recent;
 pub(crate) mod registry;
 
-use crate::db::Db;
+use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::format::batch as codec;
 use crate::options::WriteOptions;
@@ -37,6 +37,7 @@ use recent::RecentWrites;
 use registry::Pin;
 use std::collections::BTreeSet;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
 
 /// How a transaction is checked at commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,8 +108,14 @@ impl Validation {
         // A lone committer's check: nothing committed since the snapshot
         // and no earlier member, so no key can conflict.
         if changed || !written.is_empty() {
-            let ops = codec::decode(rep)
-                .map_err(|d| Error::Poisoned(format!("internal: batch does not decode: {d}")))?
+            // Run by the commit leader: a panic here would strand the
+            // group's other members, so a release build reports the bug.
+            let decoded = codec::decode(rep);
+            debug_assert!(decoded.is_ok(), "a transaction's own batch decodes");
+            let ops = decoded
+                .map_err(|d| {
+                    Error::Poisoned(format!("bug: a transaction's batch does not decode: {d}"))
+                })?
                 .ops;
             for op in &ops {
                 check(op.key)?;
@@ -146,11 +153,13 @@ impl Validation {
 }
 
 /// An optimistic transaction. Reads see the database as of
-/// [`Db::begin`] plus the transaction's own writes; writes are buffered
+/// [`Db::begin`](crate::Db::begin) plus the transaction's own writes; writes are buffered
 /// until [`Transaction::commit`]. Dropping it without committing rolls it
 /// back. `Send`: it may move between threads.
 pub struct Transaction {
-    db: Db,
+    /// The database's shared state, held as a `Snapshot` holds it: a
+    /// transaction left over after `close` gets `Error::Closed`.
+    inner: Arc<Inner>,
     pin: Pin,
     snapshot: u64,
     isolation: Isolation,
@@ -183,8 +192,7 @@ fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
 }
 
 impl Transaction {
-    pub(crate) fn new(db: Db, isolation: Isolation) -> Transaction {
-        let inner = db.inner();
+    pub(crate) fn new(inner: Arc<Inner>, isolation: Isolation) -> Transaction {
         // Read first: once set, the flag's cache line is only ever read.
         if !inner.txn_begun.load(std::sync::atomic::Ordering::Relaxed) {
             inner
@@ -193,7 +201,7 @@ impl Transaction {
         }
         let (pin, snapshot) = inner.pins.pin(&inner.last_seqno);
         Transaction {
-            db,
+            inner,
             pin,
             snapshot,
             isolation,
@@ -234,7 +242,7 @@ impl Transaction {
         if self.isolation == Isolation::Serializable {
             self.reads.insert(key.to_vec());
         }
-        self.db.inner().view().get(key, self.snapshot)
+        self.inner.view().get(key, self.snapshot)
     }
 
     /// `get`, and the commit fails if another commit writes `key` after
@@ -249,7 +257,7 @@ impl Transaction {
         if let Some(w) = self.writes.get(key) {
             return Ok(w.map(<[u8]>::to_vec));
         }
-        self.db.inner().view().get(key, self.snapshot)
+        self.inner.view().get(key, self.snapshot)
     }
 
     /// Buffers a put. Checked against the documented limits now: for a
@@ -277,7 +285,7 @@ impl Transaction {
             self.ranges.push((lo.clone(), hi.clone()));
         }
         let own: Vec<OwnWrite> = self.writes.range(&lo, &hi);
-        let base = Iter::new(self.db.inner().view(), self.snapshot, lo, hi);
+        let base = Iter::new(self.inner.view(), self.snapshot, lo, hi);
         Ok(TxnIter {
             base: base.peekable(),
             own: own.into_iter().peekable(),
@@ -320,7 +328,7 @@ impl Transaction {
             ranges: std::mem::take(&mut self.ranges),
         };
         let empty = batch.is_empty();
-        let seqno = self.db.inner().write_checked(batch, opts, Some(check))?;
+        let seqno = self.inner.write_checked(batch, opts, Some(check))?;
         Ok((!empty).then_some(seqno))
     }
 
@@ -332,7 +340,7 @@ impl Transaction {
 
 impl Drop for Transaction {
     fn drop(&mut self) {
-        self.db.inner().pins.unpin(&self.pin, self.snapshot);
+        self.inner.pins.unpin(&self.pin, self.snapshot);
     }
 }
 

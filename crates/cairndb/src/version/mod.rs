@@ -13,7 +13,6 @@
 //! Level 0 holds flushed memtables in flush order (overlapping ranges,
 //! newest last). Levels 1.. hold non-overlapping tables sorted by key.
 
-pub mod apply;
 pub mod files;
 pub mod segments;
 

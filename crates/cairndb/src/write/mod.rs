@@ -16,12 +16,14 @@
 //! behind garbage, where recovery would not reach them.
 
 pub mod batch;
+pub(crate) mod journal;
+pub(crate) mod manifest;
 pub(crate) mod queue;
 #[cfg(all(test, loom))]
 mod seqno_model;
 pub(crate) mod streams;
 
-use crate::db::Inner;
+use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::format::batch as codec;
 use crate::format::key::Kind;
@@ -35,6 +37,7 @@ use crate::txn::recent::RecentWrites;
 use crate::version::files;
 use crate::version::segments::SegmentFile;
 use batch::WriteBatch;
+use journal::Journal;
 use queue::Turn;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -71,53 +74,10 @@ impl Pending {
     }
 }
 
-/// Syncs the streams of a journal before the journal itself: a sync that
-/// vouches for records vouches for the values they point to.
-fn sync_streams(streams: &Option<Arc<streams::Streams>>) -> std::io::Result<()> {
-    match streams {
-        Some(s) => s.sync_dirty(),
-        None => Ok(()),
-    }
-}
-
 /// Longest pause a writer takes per group while compaction is behind.
 const PACE_MAX: Duration = Duration::from_millis(4);
 /// Longest single wait of a stalled writer before it re-checks state.
 const STALL_WAIT: Duration = Duration::from_millis(10);
-/// A synced commit that grows the journal pre-writes this many times its
-/// own bytes ahead (`Options::journal_prewrite`), within
-/// `PREWRITE_MIN..=PREWRITE_MAX`: one extra sync with a size change per
-/// ~64 synced groups, and for a lone synced write among unsynced ones at
-/// most 64 times its bytes of zeros.
-const PREWRITE_GROUPS: u64 = 64;
-const PREWRITE_MIN: u64 = 16 << 10;
-const PREWRITE_MAX: u64 = 4 << 20;
-
-/// Journal blocks a group reserves past its own (`FileWrite::reserve`):
-/// one `fallocate` per this many bytes appended.
-const JOURNAL_RESERVE_AHEAD: u64 = 4 << 20;
-
-/// An unsynced journal starts a background sync of itself each time it
-/// has grown this much since the last (at most one in flight), so that
-/// the sync that seals a full journal — every writer waits for it — finds
-/// only the last few MiB not yet durable. On this machine's disk, sealing
-/// a 64 MiB journal took 50–90 ms without it.
-pub(crate) const PRESYNC_BYTES: u64 = 8 << 20;
-
-/// Waits for the journal's background sync, if one is in flight, and
-/// returns its result: a failure there is a failed sync of the journal
-/// (the kernel reports a writeback error once, possibly only to it).
-pub(crate) fn join_presync(
-    presync: &mut Option<std::thread::JoinHandle<std::io::Result<()>>>,
-) -> std::io::Result<()> {
-    match presync.take() {
-        Some(job) => job
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("background journal sync panicked"))),
-        None => Ok(()),
-    }
-}
-
 fn dup(r: &Result<()>) -> Result<()> {
     match r {
         Ok(()) => Ok(()),
@@ -206,7 +166,71 @@ enum Placed {
     Own(u64),
 }
 
+/// A group's journal records as `Inner::encode_group` made them.
+struct Records {
+    buf: Vec<u8>,
+    /// Where each member's batch lies (`None` under the split sabotage).
+    placed: Vec<Option<Placed>>,
+    /// As `Inserts::owns`.
+    owns: Vec<(usize, usize)>,
+    /// Bytes of the records in all (`buf` and the large bodies).
+    bytes: u64,
+    /// The journal's length when they were encoded.
+    base: u64,
+    /// The seqno after the group's last.
+    next: u64,
+}
+
+/// A group's memtable inserts running on a worker thread, with the
+/// journal's recent-writes log lent to it (`Inner::insert_on_worker`).
+struct Offloaded(crossbeam_channel::Receiver<(std::result::Result<(), String>, RecentWrites)>);
+
+impl Offloaded {
+    /// Waits for the inserts and gives the log back. A job that panicked
+    /// dropped its sender without a result; the log stays the empty one
+    /// put in its place.
+    fn join(self, journal: &mut Journal) -> std::result::Result<(), String> {
+        match self.0.recv() {
+            Ok((inserted, recent)) => {
+                journal.give_back_recent(recent);
+                inserted
+            }
+            Err(_) => Err("a memtable insert job panicked".into()),
+        }
+    }
+}
+
 impl Inserts {
+    /// The inserts of `members` (with seqnos from `first`) as `records`
+    /// placed them, into `mem`.
+    fn new(
+        mem: Arc<Memtable>,
+        records: Records,
+        members: &[&Arc<Pending>],
+        first: u64,
+        separate: Separate,
+    ) -> Inserts {
+        let mut seqno = first;
+        let items: Vec<_> = members
+            .iter()
+            .zip(records.placed)
+            .map(|(p, at)| {
+                let item = ((*p).clone(), at, seqno);
+                seqno += u64::from(p.count);
+                item
+            })
+            .collect();
+        assert_eq!(seqno, records.next, "the group's seqnos are consecutive");
+        Inserts {
+            mem,
+            buf: records.buf,
+            owns: records.owns,
+            bytes: records.bytes,
+            separate,
+            items,
+        }
+    }
+
     /// Inserts the ops of the whole group, through one writer, and with
     /// `recent` records their keys there. Seqnos are not published here:
     /// readers skip entries above `last_seqno`, so inserting before the
@@ -350,216 +374,187 @@ impl Inner {
             .collect()
     }
 
-    /// Appends the group to the journal, syncs if asked, inserts into the
-    /// memtable and publishes the seqnos. Leader only.
+    /// Commits a group: encodes its accepted members as journal records,
+    /// readies the journal, appends them and syncs if a member asked,
+    /// inserts them into the memtable and publishes their seqnos. Leader
+    /// only; the journal lock is held throughout.
     fn commit_group(&self, group: &[Arc<Pending>]) -> Result<()> {
         let mut journal = self.journal.lock();
-        if journal.poisoned {
-            return Err(Error::Poisoned(
-                "an earlier journal write or sync failed".into(),
-            ));
-        }
-        if journal.file.is_none() {
-            return Err(Error::Closed);
-        }
-        let accepted = self.check_group(group, &journal.recent);
-        let live = || {
-            group
-                .iter()
-                .zip(&accepted)
-                .filter(|(p, ok)| **ok && p.count > 0)
-                .map(|(p, _)| p)
-        };
+        journal.usable()?;
+        let accepted = self.check_group(group, journal.recent());
+        let members: Vec<&Arc<Pending>> = group
+            .iter()
+            .zip(&accepted)
+            .filter(|(p, ok)| **ok && p.count > 0)
+            .map(|(p, _)| p)
+            .collect();
         let first = self.last_seqno.load(Ordering::Acquire) + 1;
-        let mut next = first;
-        let number = journal.number;
+        let records = self.encode_group(&journal, &members, first)?;
+        let next = records.next;
+        let sync = group.iter().any(|p| p.sync)
+            && !crate::options::sabotaged!(self.opts, skip_journal_sync);
+        let presync_due = self.prepare_append(&mut journal, records.bytes, sync)?;
+        assert_eq!(
+            records.base,
+            journal.len(),
+            "the journal moved while the group was encoded"
+        );
+        let separate = Separate {
+            min: self.opts.value_separation_min,
+            segment: journal.number(),
+        };
+        let mem = self.state.read().mem.clone();
+        let inserts = Arc::new(Inserts::new(mem, records, &members, first, separate));
+        // Once a transaction has begun, the group's keys are recorded in
+        // the journal's recent-writes log for later commit checks (as they
+        // are inserted, in one pass); before that the log just moves past
+        // the group. A transaction that begins after this load pins a
+        // seqno below the group's only if the group is not yet published;
+        // `reset` then leaves it uncovered, and its check takes exact
+        // lookups.
+        let record = self.txn_begun.load(Ordering::SeqCst);
+        let worker = (sync && next - first >= OFFLOAD_OPS_MIN)
+            .then(|| self.insert_on_worker(&mut journal, &inserts, record, next));
+        if let Err(f) = journal.append(inserts.bytes, |file| inserts.append_to(file)) {
+            if let Some(worker) = worker {
+                let _ = worker.join(&mut journal);
+            }
+            return Err(self.journal_failed(f));
+        }
+        self.count_group(&inserts);
+        if presync_due && journal.start_presync() {
+            self.counters.presyncs.fetch_add(1, Ordering::Relaxed);
+        }
+        let inserted = match worker {
+            Some(worker) => {
+                let synced = journal.sync(next);
+                let inserted = worker.join(&mut journal);
+                synced.map_err(|f| self.journal_failed(f))?;
+                inserted
+            }
+            None => {
+                if sync {
+                    journal.sync(next).map_err(|f| self.journal_failed(f))?;
+                }
+                inserts.run(record.then_some(journal.recent_mut()))
+            }
+        };
+        self.publish(&mut journal, &inserts, inserted, record, next)
+    }
+
+    /// The journal records of `members` (accepted, not empty), seqnos from
+    /// `first`, with where each batch lands in the journal, so the
+    /// memtable can point at separated values there: their offsets are
+    /// those in the group's buffer plus the large bodies appended before
+    /// them.
+    fn encode_group(
+        &self,
+        journal: &Journal,
+        members: &[&Arc<Pending>],
+        first: u64,
+    ) -> Result<Records> {
+        let number = journal.number();
+        let seed = journal_seed(number, self.db_id);
+        let mark = journal.synced_seqno();
         let copied = |p: &Pending| {
             let len = p.rep_for(number).len();
             if len > GROUP_COPY_MAX { 32 } else { len + 32 }
         };
-        let mut buf = Vec::with_capacity(group.iter().map(|p| copied(p)).sum());
-        // Where each member's batch lies, so the memtable can point at
-        // separated values where they land in the journal: their offsets
-        // are those in `buf` plus the large bodies appended before them.
-        let base = journal.file.as_ref().map_or(0, |f| f.len());
-        let mut placed: Vec<Option<Placed>> = Vec::new();
-        let mut owns: Vec<(usize, usize)> = Vec::new();
+        let base = journal.len();
+        let mut r = Records {
+            buf: Vec::with_capacity(members.iter().map(|p| copied(p)).sum()),
+            placed: Vec::with_capacity(members.len()),
+            owns: Vec::new(),
+            bytes: 0,
+            base,
+            next: first,
+        };
         let mut own_bytes = 0u64;
-        for (i, p) in live().enumerate() {
+        for (i, p) in members.iter().enumerate() {
             let rep = p.rep_for(number);
             if crate::options::sabotaged!(self.opts, split_batches) {
-                next = codec::encode_split(
-                    &mut buf,
-                    journal_seed(journal.number, self.db_id),
-                    journal.synced_seqno,
-                    rep,
-                    next,
-                );
-                placed.push(None);
+                r.next = codec::encode_split(&mut r.buf, seed, mark, rep, r.next);
+                r.placed.push(None);
                 continue;
             }
-            let at = buf.len() + codec::JOURNAL_BATCH_AT;
+            let at = r.buf.len() + codec::JOURNAL_BATCH_AT;
             let journal_at = base + at as u64 + own_bytes;
-            let seed = journal_seed(journal.number, self.db_id);
             if rep.len() > GROUP_COPY_MAX {
-                codec::encode_journal_record_head_at(
-                    &mut buf,
-                    seed,
-                    journal.synced_seqno,
-                    next,
-                    rep,
-                );
-                owns.push((buf.len(), i));
+                codec::encode_journal_record_head_at(&mut r.buf, seed, mark, r.next, rep);
+                r.owns.push((r.buf.len(), i));
                 own_bytes += (rep.len() - 8) as u64;
-                placed.push(Some(Placed::Own(journal_at)));
+                r.placed.push(Some(Placed::Own(journal_at)));
             } else {
-                codec::encode_journal_record_at(&mut buf, seed, journal.synced_seqno, next, rep);
-                placed.push(Some(Placed::Buf(at..buf.len(), journal_at)));
+                codec::encode_journal_record_at(&mut r.buf, seed, mark, r.next, rep);
+                r.placed
+                    .push(Some(Placed::Buf(at..r.buf.len(), journal_at)));
             }
-            next += u64::from(p.count);
+            r.next += u64::from(p.count);
         }
-        if next - 1 > SEQNO_MAX {
+        r.bytes = r.buf.len() as u64 + own_bytes;
+        assert_eq!(r.placed.len(), members.len(), "one place per member");
+        if r.next - 1 > SEQNO_MAX {
             return Err(Error::LimitExceeded {
                 what: "seqno",
-                actual: next - 1,
+                actual: r.next - 1,
                 max: SEQNO_MAX,
             });
         }
-        let journal = &mut *journal;
-        let streams = journal.streams.clone();
-        let Some(file) = journal.file.as_mut() else {
-            return Err(Error::Closed);
-        };
-        assert_eq!(
-            base,
-            file.len(),
-            "the journal moved while the group was encoded"
-        );
-        let group_bytes = buf.len() as u64 + own_bytes;
-        let sync = group.iter().any(|p| p.sync)
-            && !crate::options::sabotaged!(self.opts, skip_journal_sync);
-        // An unsynced group that takes the journal past `presync_at`
-        // starts a background sync, unless one is still running (the
-        // device is behind: waiting for it would stall writers).
-        let presync_due = !sync
-            && base + group_bytes >= journal.presync_at
-            && journal.presync.as_ref().is_none_or(|p| p.is_finished());
-        // A sync must not succeed past a failure the background sync met:
-        // its result is taken first.
-        if (sync || presync_due)
-            && let Err(e) = join_presync(&mut journal.presync)
+        Ok(r)
+    }
+
+    /// Readies the journal for a group of `bytes`: takes the background
+    /// sync's result before a sync (a sync must not succeed past its
+    /// failure), reserves the group's blocks, and pre-writes ahead of a
+    /// synced group. Returns whether the group starts a background sync
+    /// (an unsynced one that takes the journal past the next start).
+    fn prepare_append(&self, journal: &mut Journal, bytes: u64, sync: bool) -> Result<bool> {
+        let presync_due = !sync && journal.presync_due(bytes);
+        if sync || presync_due {
+            journal.join_presync().map_err(|f| self.journal_failed(f))?;
+        }
+        if bytes == 0 {
+            return Ok(presync_due);
+        }
+        journal.reserve(bytes).map_err(|f| self.journal_failed(f))?;
+        if sync
+            && self.opts.journal_prewrite
+            && journal
+                .prewrite(bytes, self.opts.journal_bytes)
+                .map_err(|f| self.journal_failed(f))?
         {
-            journal.poisoned = true;
-            self.poison("journal sync", &e);
-            return Err(Error::io("syncing the journal", e));
+            self.counters.prewrites.fetch_add(1, Ordering::Relaxed);
         }
-        // Blocks for the group before any of it is appended: a full device
-        // refuses the group here, with the journal as it was, instead of
-        // failing a write of it later (the staged journal's flusher, a
-        // tail write), which would poison the handle.
-        if group_bytes > 0
-            && let Err(e) = file.reserve(base + group_bytes, JOURNAL_RESERVE_AHEAD)
-        {
-            return Err(Error::io("reserving journal space", e));
-        }
-        if sync && self.opts.journal_prewrite && group_bytes > 0 {
-            let need = base + group_bytes;
-            if need > file.size() {
-                let ahead = (group_bytes * PREWRITE_GROUPS).clamp(PREWRITE_MIN, PREWRITE_MAX);
-                let up_to = (need + ahead).min(self.opts.journal_bytes.max(need));
-                // Its sync covers the appends before it: a failure leaves
-                // their durability unknown, as a failed journal sync does.
-                // A full device met while writing the zeros, before any
-                // sync, leaves the journal as it was: the group fails
-                // with nothing appended and writes go on once space
-                // returns (docs/durability.md §Full disk).
-                if let Err(e) = file.prewrite(up_to.next_multiple_of(PREWRITE_MIN)) {
-                    if e.kind() != std::io::ErrorKind::StorageFull {
-                        journal.poisoned = true;
-                        self.poison("journal pre-write", &e);
-                    }
-                    return Err(Error::io("pre-writing the journal", e));
-                }
-                self.counters.prewrites.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let mut seqno = first;
-        let items = live()
-            .zip(placed)
-            .map(|(p, at)| {
-                let item = (p.clone(), at, seqno);
-                seqno += u64::from(p.count);
-                item
-            })
-            .collect();
-        let inserts = Arc::new(Inserts {
-            mem: self.state.read().mem.clone(),
-            buf,
-            owns,
-            bytes: group_bytes,
-            separate: Separate {
-                min: self.opts.value_separation_min,
-                segment: journal.number,
-            },
-            items,
+        Ok(presync_due)
+    }
+
+    /// Starts the group's memtable inserts on a worker thread, which
+    /// records the keys in the journal's recent-writes log (lent to it)
+    /// if `record`, while the leader appends and syncs: the device's
+    /// flush and the memtable's cache misses overlap, and nothing is
+    /// published before both are done. One worker: the memtable takes one
+    /// writer at a time. Inserting before the append is safe: entries
+    /// above `last_seqno` are invisible, and a failed append or sync
+    /// poisons the handle, so their seqnos are never published or given
+    /// out again (and nothing is flushed after a poison).
+    fn insert_on_worker(
+        &self,
+        journal: &mut Journal,
+        inserts: &Arc<Inserts>,
+        record: bool,
+        next: u64,
+    ) -> Offloaded {
+        let mut recent = journal.lend_recent(next);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let job = inserts.clone();
+        self.workers.run(move || {
+            let inserted = job.run(record.then_some(&mut recent));
+            let _ = tx.send((inserted, recent));
         });
-        debug_assert_eq!(seqno, next);
-        // Once a transaction has begun, the group's keys are recorded in
-        // `journal.recent` for later commit checks (as they are
-        // inserted, in one pass); before that the log just moves past the
-        // group. A transaction that begins after this load pins a seqno
-        // below the group's only if the group is not yet published;
-        // `reset` then leaves it uncovered, and its check takes exact
-        // lookups.
-        let record = self.txn_begun.load(Ordering::SeqCst);
-        // With a sync to wait for, a worker inserts and records while the
-        // leader appends and syncs (the device's flush and the memtable's
-        // cache misses overlap); nothing is published before both are
-        // done. One worker: the memtable takes one writer at a time. The
-        // log moves to the worker and back; the journal lock, held
-        // throughout, keeps every other user out of it. Inserting before
-        // the append is safe: entries above `last_seqno` are invisible,
-        // and a failed append or sync poisons the handle, so their seqnos
-        // are never published or given out again (and nothing is flushed
-        // after a poison).
-        let worker = (sync && next - first >= OFFLOAD_OPS_MIN).then(|| {
-            let recent = std::mem::replace(&mut journal.recent, RecentWrites::new(next));
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            let job = inserts.clone();
-            self.workers.run(move || {
-                let mut recent = recent;
-                let inserted = job.run(record.then_some(&mut recent));
-                let _ = tx.send((inserted, recent));
-            });
-            rx
-        });
-        // Takes the worker's result and gives the log back. A job that
-        // panicked dropped its sender without a result; the log stays the
-        // empty one put in its place (reset to `next`).
-        let join = |journal: &mut crate::db::Journal,
-                    rx: crossbeam_channel::Receiver<(
-            std::result::Result<(), String>,
-            RecentWrites,
-        )>| match rx.recv() {
-            Ok((inserted, recent)) => {
-                journal.recent = recent;
-                inserted
-            }
-            Err(_) => Err("a memtable insert job panicked".into()),
-        };
-        let appended = inserts.append_to(&mut **file);
-        debug_assert!(
-            appended.is_err() || file.len() == base + inserts.bytes,
-            "the group's records fill the journal from its old end to its new"
-        );
-        if let Err(e) = appended {
-            if let Some(rx) = worker {
-                let _ = join(journal, rx);
-            }
-            journal.poisoned = true;
-            self.poison("journal append", &e);
-            return Err(Error::io("appending to the journal", e));
-        }
+        Offloaded(rx)
+    }
+
+    fn count_group(&self, inserts: &Inserts) {
         self.counters
             .journal_bytes
             .fetch_add(inserts.bytes, Ordering::Relaxed);
@@ -569,41 +564,29 @@ impl Inner {
                 .grouped_batches
                 .fetch_add(inserts.items.len() as u64, Ordering::Relaxed);
         }
-        if presync_due {
-            journal.presync_at = file.len() + PRESYNC_BYTES;
-            journal.presync = file.background_sync().and_then(|job| {
-                std::thread::Builder::new()
-                    .name("cairndb-presync".into())
-                    .spawn(job)
-                    .ok()
-            });
-            if journal.presync.is_some() {
-                self.counters.presyncs.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let inserted = match worker {
-            Some(rx) => {
-                let synced = sync_streams(&streams).and_then(|()| file.sync());
-                let inserted = join(journal, rx);
-                self.synced(journal, synced, next)?;
-                (inserted, inserts)
-            }
-            None => {
-                if sync {
-                    let synced = sync_streams(&streams).and_then(|()| file.sync());
-                    self.synced(journal, synced, next)?;
-                }
-                let inserted = inserts.run(record.then_some(&mut journal.recent));
-                (inserted, inserts)
-            }
-        };
-        let (inserted, inserts) = inserted;
-        // `WriteBatch` built every batch, so they decode; if one ever did
-        // not, the journal would hold seqnos that were never published.
+    }
+
+    /// Publishes a group whose records are in the journal (synced if
+    /// asked) and whose inserts ended with `inserted`: each member learns
+    /// its last seqno, the recent-writes log moves past the group, and
+    /// readers see every seqno below `next`.
+    fn publish(
+        &self,
+        journal: &mut Journal,
+        inserts: &Inserts,
+        inserted: std::result::Result<(), String>,
+        record: bool,
+        next: u64,
+    ) -> Result<()> {
+        // `WriteBatch` built every batch, so they decode, and insert jobs
+        // do not panic; if one ever did, the journal would hold seqnos
+        // that were never published. A panic here would strand the
+        // group's other members: a release build poisons the handle.
+        debug_assert!(inserted.is_ok(), "a group's inserts fail: {inserted:?}");
         inserted.map_err(|d| {
             // A gap in the log must never read as "not written".
-            journal.recent.reset(next);
-            let e = Error::Poisoned(format!("internal: batch does not decode: {d}"));
+            journal.recent_mut().reset(next);
+            let e = Error::Poisoned(format!("bug: a group's memtable inserts failed: {d}"));
             self.set_bg_error(e.duplicate());
             e
         })?;
@@ -613,29 +596,17 @@ impl Inner {
         }
         if record {
             journal
-                .recent
+                .recent_mut()
                 .bound(|| self.pins.oldest(&self.last_seqno), next);
         } else {
-            journal.recent.reset(next);
+            journal.recent_mut().reset(next);
         }
+        let last = self.last_seqno.load(Ordering::Acquire);
+        assert!(
+            next > last,
+            "seqnos are published in order: {next} after {last}"
+        );
         self.last_seqno.store(next - 1, Ordering::Release);
-        Ok(())
-    }
-
-    /// Records the outcome of the journal sync that made seqnos below
-    /// `next` durable: raises the durability mark, or poisons the handle.
-    fn synced(
-        &self,
-        journal: &mut crate::db::Journal,
-        synced: std::io::Result<()>,
-        next: u64,
-    ) -> Result<()> {
-        if let Err(e) = synced {
-            journal.poisoned = true;
-            self.poison("journal sync", &e);
-            return Err(Error::io("syncing the journal", e));
-        }
-        journal.synced_seqno = next - 1;
         Ok(())
     }
 
@@ -651,14 +622,7 @@ impl Inner {
             // pacing and the level-0 stop apply only when one runs.
             let background = self.opts.background_compaction;
             // A journal's size counts its value streams' bytes.
-            let journal_full = {
-                let journal = self.journal.lock();
-                let streamed = journal.streams.as_ref().map_or(0, |s| s.bytes());
-                journal
-                    .file
-                    .as_ref()
-                    .is_some_and(|f| f.len() + streamed >= self.opts.journal_bytes)
-            };
+            let journal_full = self.journal.lock().is_full(self.opts.journal_bytes);
             let (mem_bytes, sealed, pressure, l0) = {
                 let s = self.state.read();
                 // A full journal counts as a full memtable.
@@ -742,32 +706,13 @@ impl Inner {
     /// torn tail, which is what recovery assumes.
     pub fn seal_memtable(&self) -> Result<()> {
         let mut journal = self.journal.lock();
-        if journal.poisoned {
-            return Err(Error::Poisoned(
-                "an earlier journal write or sync failed".into(),
-            ));
-        }
-        // Pre-written zeros are cut off first: only the newest journal may
-        // end in anything but an intact record (recovery's torn-tail rule).
-        // A background sync's failure is this sync's.
-        let presynced = join_presync(&mut journal.presync);
-        let sealed_streams = journal.streams.clone();
-        let Some(file) = journal.file.as_mut() else {
-            return Err(Error::Closed);
-        };
-        // The streams are sealed first: a batch placed in them from now
-        // on is committed with its values inline (`Pending::rep_for`).
-        let synced = presynced
-            .and_then(|()| sealed_streams.as_ref().map_or(Ok(()), |s| s.seal()))
-            .and_then(|()| file.trim().and_then(|()| file.sync()));
-        if let Err(e) = synced {
-            journal.poisoned = true;
-            self.poison("journal sync", &e);
-            return Err(Error::io("syncing the journal", e));
-        }
         // Commits append and publish under the journal lock, which this
-        // holds: everything up to the published seqno is now durable.
-        journal.synced_seqno = self.last_seqno.load(Ordering::Acquire);
+        // holds: everything up to the published seqno is durable once the
+        // seal's sync is done.
+        let published = self.last_seqno.load(Ordering::Acquire);
+        journal
+            .seal(published)?
+            .map_err(|f| self.journal_failed(f))?;
         let number = self.new_file_number();
         let new_file = self
             .reaper
@@ -778,11 +723,8 @@ impl Inner {
                 Error::io(format!("creating journal {}", path.display()), e)
             })?;
         let reader = new_file.reader();
-        let streams = self.new_streams(number, sealed_streams.as_deref());
-        journal.file = Some(new_file);
-        journal.number = number;
-        journal.presync_at = PRESYNC_BYTES;
-        journal.streams = streams.clone();
+        let streams = self.new_streams(number, journal.streams().map(|s| &**s));
+        journal.switch_to(new_file, number, streams.clone());
         let sealed = {
             let mut s = self.state.write();
             let segment = SegmentFile::new_journal(&self.reaper, number, reader);

@@ -1,14 +1,28 @@
-//! Logging and installing version edits (the manifest writer side).
+//! The manifest writer: version edits logged (appended and synced) before
+//! they are installed, and a fresh manifest started when one grows large.
 
-use crate::db::{Inner, Manifest, State};
+use crate::engine::{Inner, State};
 use crate::error::{Error, Result};
 use crate::format::log::{RecordKind, encode_record};
 use crate::format::manifest::{Edit, MANIFEST_FORMAT};
-use crate::io::{self, Fs};
+use crate::io::{self, FileWrite, Fs};
 use crate::limits::MANIFEST_BYTES_MAX;
 use crate::version::{Version, files};
 use std::path::Path;
 use std::sync::Arc;
+
+/// The open manifest, behind `Inner::manifest`.
+pub(crate) struct Manifest {
+    pub file: Box<dyn FileWrite>,
+    pub number: u64,
+    /// Journals numbered below this hold nothing unflushed.
+    pub journal_floor: u64,
+    /// Highest seqno recorded in any edit.
+    pub last_seqno: u64,
+    /// Set (under this lock) when a manifest append, sync or rewrite
+    /// failed: no edit may be appended after an unknown tail.
+    pub poisoned: bool,
+}
 
 /// The fields a fresh manifest's first edit carries besides the version.
 pub(crate) struct ManifestStart {
@@ -118,9 +132,12 @@ impl Inner {
         }
         edit.next_file = Some(self.next_file.load(std::sync::atomic::Ordering::SeqCst));
         let base = self.state.read().version.clone();
-        let (version, removed) = base
-            .apply(&edit, &self.reaper)
-            .map_err(|d| Error::Poisoned(format!("internal: bad version edit: {d}")))?;
+        // The engine builds every edit against the current version: one
+        // that does not apply is the engine's bug.
+        let (version, removed) = match base.apply(&edit, &self.reaper) {
+            Ok(applied) => applied,
+            Err(d) => panic!("a version edit does not apply to the current version: {d}"),
+        };
         debug_assert_eq!(version.check(), Ok(()));
         if let Err(e) = m.append(&edit) {
             // Refused for want of space, the manifest is as it was: the

@@ -1,0 +1,296 @@
+//! Running one compaction: merging input tables into new tables of the
+//! output level, moving values as `Moving` allows, and logging the edit.
+
+use super::gc::{Created, Moves, Moving};
+use super::pick::{Compaction, L0_DROPS_MIN};
+use super::warm::warm_later;
+use crate::engine::Inner;
+use crate::error::{Error, Result};
+use crate::format::key::{self, Kind};
+use crate::format::manifest::{Edit, TableRecord};
+use crate::format::table::TableWriter;
+use crate::format::vptr::ValuePtr;
+use crate::limits::LEVELS;
+use crate::read::cursor::{Cursor, Dir, MergeCursor, table_cursor};
+use crate::sync;
+use crate::version::{TableFile, Version, files};
+use std::sync::atomic::Ordering;
+
+/// Runs compaction `c` into the next level, or, for a settling step of
+/// one table below level 0, into its own level.
+pub(super) fn compact(inner: &Inner, v: &Version, c: Compaction, moving: Moving) -> Result<()> {
+    let in_place = c.level > 0 && moving.settles();
+    let out_level = if in_place { c.level } else { c.level + 1 };
+    let mut edit = Edit::default();
+    let trivial = c.below.is_empty() && c.inputs.len() == 1 && !moving.settles();
+    if trivial {
+        let f = &c.inputs[0];
+        edit.removed.push((c.level, f.number));
+        edit.added.push(f.record(out_level));
+    } else {
+        edit.removed
+            .extend(c.inputs.iter().map(|f| (c.level, f.number)));
+        edit.removed
+            .extend(c.below.iter().map(|f| (out_level, f.number)));
+        let all: Vec<_> = c.inputs.iter().chain(&c.below).cloned().collect();
+        match merge(inner, v, &all, out_level, moving)? {
+            Some(merged) => {
+                if c.level == 0 {
+                    let read: u64 = c.inputs.iter().map(|f| f.entries).sum();
+                    let new_keys = (merged.dropped as f64) < L0_DROPS_MIN * read as f64;
+                    inner.l0_new_keys.store(new_keys, Ordering::Relaxed);
+                }
+                merged.into_edit(&mut edit)
+            }
+            None => return Ok(()),
+        }
+    }
+    let moved: Vec<u64> = edit.value_live.iter().map(|&(n, _)| n).collect();
+    log_merge(inner, edit, !trivial)?;
+    inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
+    warm_later(inner, &moved);
+    Ok(())
+}
+
+/// Logs a compaction's edit. If a full device made the manifest refuse it
+/// (nothing appended), the files the merge wrote — the tables the edit
+/// adds and the values files it moved values to, when `merged` (not a
+/// trivial move, whose table is the input's) — are deleted, as after a
+/// failed merge, and the compaction is retried later.
+pub(super) fn log_merge(inner: &Inner, edit: Edit, merged: bool) -> Result<()> {
+    let tables: Vec<u64> = edit.added.iter().map(|t| t.number).collect();
+    let values: Vec<u64> = edit.value_live.iter().map(|&(n, _)| n).collect();
+    inner.log_and_apply(edit, |_| {}).inspect_err(|e| {
+        if merged && inner.manifest_refused(e) {
+            for n in &tables {
+                let _ = inner.fs.remove(&files::table(&inner.dir, *n));
+            }
+            for n in &values {
+                let _ = inner.fs.remove(&files::values(&inner.dir, *n));
+            }
+        }
+    })
+}
+
+/// True if no level below `out_level` may hold `user_key`.
+pub(super) fn is_base_level(v: &Version, out_level: usize, user_key: &[u8]) -> bool {
+    (out_level + 1..LEVELS).all(|l| v.find(l, user_key).is_none())
+}
+
+/// What a merge wrote.
+#[derive(Default)]
+pub(super) struct Merged {
+    tables: Vec<TableRecord>,
+    /// Separated value bytes, per segment, of the pointers it dropped or
+    /// moved away.
+    dead: Vec<(u64, u64)>,
+    /// Value bytes, per values file, it moved there.
+    moved: Vec<(u64, u64)>,
+    /// Entries it dropped: shadowed versions no snapshot reads, tombstones
+    /// with nothing left to hide.
+    dropped: u64,
+}
+
+impl Merged {
+    pub(super) fn into_edit(self, edit: &mut Edit) {
+        edit.added = self.tables;
+        edit.value_dead = self.dead;
+        edit.value_live = self.moved;
+    }
+}
+
+/// Merges `inputs` into new tables for `out_level`, moving values as
+/// `moving` allows: value GC moves values out of mostly dead segments,
+/// and settling (`Moving::settles`) also moves every separated value
+/// still in a journal to a values file, in key order. Under the null
+/// policy (`value_gc_live_ratio` 0) nothing moves. `None`: a settling
+/// step saw foreground work before it moved anything and gave up, leaving
+/// nothing behind.
+pub(super) fn merge(
+    inner: &Inner,
+    v: &Version,
+    inputs: &[sync::Arc<TableFile>],
+    out_level: usize,
+    moving: Moving,
+) -> Result<Option<Merged>> {
+    let mut created = Created::default();
+    let merged = merge_into(inner, v, inputs, out_level, moving, &mut created);
+    if !matches!(merged, Ok(Some(_))) {
+        // Frees the space of the outputs written so far (the next open
+        // would delete them anyway): a full device is retried later.
+        for n in &created.tables {
+            let _ = inner.fs.remove(&files::table(&inner.dir, *n));
+        }
+        for n in &created.values {
+            let _ = inner.fs.remove(&files::values(&inner.dir, *n));
+        }
+    }
+    merged
+}
+
+/// `merge`, recording every file it creates in `created`.
+pub(super) fn merge_into(
+    inner: &Inner,
+    v: &Version,
+    inputs: &[sync::Arc<TableFile>],
+    out_level: usize,
+    moving: Moving,
+    created: &mut Created,
+) -> Result<Option<Merged>> {
+    let oldest_snapshot = inner.oldest_snapshot();
+    // Value bytes moved out of journals by settling (also in `moves`).
+    let mut settled = 0u64;
+    let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(inputs.len());
+    for f in inputs {
+        let table = inner.tables.get(f)?;
+        children.push(Box::new(table_cursor(&table, Dir::Forward, None)));
+    }
+    let mut merged = MergeCursor::new(children, Dir::Forward);
+    let mut outputs = Vec::new();
+    let mut writer: Option<(u64, TableWriter)> = None;
+    let mut current: Option<Vec<u8>> = None;
+    // Seqno of the previous (newer) entry of the current user key.
+    let mut newer_seqno = u64::MAX;
+    let mut dead = std::collections::BTreeMap::<u64, u64>::new();
+    let mut moved = std::collections::BTreeMap::<u64, u64>::new();
+    let mut dropped = 0u64;
+    let mut moves = Moves::default();
+    let mut ptr_buf = Vec::new();
+    // A settling step cut short gives up unless it has moved as many value
+    // bytes as its inputs hold: finishing would rewrite the tables for
+    // less than that. At close it always gives up.
+    let input_bytes: u64 = inputs.iter().map(|f| f.size).sum();
+    while merged.advance()? {
+        if let Moving::WhileQuiet(q) = moving
+            && !q.holds()
+            && (moves.moved_bytes < input_bytes || q.closing())
+        {
+            return Ok(None);
+        }
+        let ikey = merged.key();
+        let (user, tag) = key::split(ikey)
+            .ok_or_else(|| Error::corruption(&inner.dir, 0, "internal key shorter than its tag"))?;
+        let seqno = key::tag_seqno(tag);
+        if current.as_deref() != Some(user) {
+            if let Some((_, w)) = &writer
+                && w.estimated_size() >= inner.opts.table_bytes
+                && let Some(full) = writer.take()
+            {
+                outputs.push(finish(full, out_level)?);
+            }
+            current = Some(user.to_vec());
+            newer_seqno = u64::MAX;
+        }
+        let shadowed = newer_seqno <= oldest_snapshot;
+        let dead_tombstone = key::tag_kind(tag) == Kind::Delete as u8
+            && seqno <= oldest_snapshot
+            && is_base_level(v, out_level, user);
+        newer_seqno = seqno;
+        if shadowed || dead_tombstone {
+            dropped += 1;
+            if key::tag_kind(tag) == Kind::Pointer as u8 {
+                let ptr = ValuePtr::decode(merged.value()).ok_or_else(|| {
+                    Error::corruption(&inner.dir, 0, "malformed value pointer in a table")
+                })?;
+                *dead.entry(ptr.segment).or_default() += u64::from(ptr.len);
+            }
+            continue;
+        }
+        if writer.is_none() {
+            let number = inner.new_file_number();
+            created.tables.push(number);
+            let path = files::table(&inner.dir, number);
+            let file = inner
+                .fs
+                .create(&path)
+                .map_err(|e| Error::io(format!("creating table {}", path.display()), e))?;
+            let opts = &inner.table_opts;
+            writer = Some((
+                number,
+                TableWriter::new(file, path, opts).owned_by(opts.db_id, number),
+            ));
+        }
+        // Value GC: a pointer into a segment that is mostly dead moves its
+        // value to this compaction's values file; settling also moves
+        // every value still in a journal (written in arrival order), so
+        // the values file holds them in key order. The null policy
+        // (ratio 0) moves nothing.
+        // A background compaction moves at most its allowances, a
+        // settling step only while the database is quiet; later ones move
+        // the rest.
+        let gc = inner.opts.value_gc_live_ratio;
+        let is_pointer = key::tag_kind(tag) == Kind::Pointer as u8;
+        let may_move =
+            moving.may_collect(moves.moved_bytes - settled) || moving.may_settle(settled);
+        let move_one = (gc > 0.0 && is_pointer && may_move)
+            .then(|| ValuePtr::decode(merged.value()))
+            .flatten()
+            .and_then(|p| {
+                let seg = v.segments.get(&p.segment)?;
+                let collect =
+                    seg.mostly_dead(gc) && moving.may_collect(moves.moved_bytes - settled);
+                let settle = !collect && seg.file.in_write_order() && moving.may_settle(settled);
+                (collect || settle).then(|| (p, seg.file.clone(), settle))
+            });
+        if let Some((ptr, seg, settles)) = move_one {
+            if settles {
+                settled += u64::from(ptr.len);
+            }
+            let to = moves.add(inner, seg, ptr, created)?;
+            *dead.entry(ptr.segment).or_default() += u64::from(ptr.len);
+            *moved.entry(to.segment).or_default() += u64::from(to.len);
+            ptr_buf.clear();
+            to.encode(&mut ptr_buf);
+            if let Some((_, w)) = writer.as_mut() {
+                w.add(ikey, &ptr_buf)?;
+            }
+        } else if let Some((_, w)) = writer.as_mut() {
+            w.add(ikey, merged.value())?;
+        }
+    }
+    if let Some(last) = writer {
+        outputs.push(finish(last, out_level)?);
+    }
+    // Moved values are durable before the edit that points to them.
+    moves.drain(inner)?;
+    inner
+        .counters
+        .value_bytes_moved
+        .fetch_add(moves.moved_bytes, Ordering::Relaxed);
+    inner
+        .counters
+        .value_bytes_settled
+        .fetch_add(settled, Ordering::Relaxed);
+    let mut values = moves.out;
+    for o in &mut values {
+        o.file.sync().map_err(|e| {
+            Error::io(
+                format!("syncing {}", files::values(&inner.dir, o.number).display()),
+                e,
+            )
+        })?;
+    }
+    if !outputs.is_empty() || !values.is_empty() {
+        inner
+            .sync_dir()
+            .map_err(|e| Error::io("syncing the database directory", e))?;
+    }
+    Ok(Some(Merged {
+        tables: outputs,
+        dead: dead.into_iter().collect(),
+        moved: moved.into_iter().collect(),
+        dropped,
+    }))
+}
+
+pub(super) fn finish((number, w): (u64, TableWriter), level: usize) -> Result<TableRecord> {
+    let s = w.finish()?;
+    Ok(TableRecord {
+        level,
+        number,
+        size: s.file_size,
+        entries: s.entries,
+        smallest: s.smallest,
+        largest: s.largest,
+    })
+}

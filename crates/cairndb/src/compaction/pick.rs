@@ -1,0 +1,134 @@
+//! Picking what to compact: level scores, the level-0 triggers, the
+//! write pressure writers pace on, and the tables of the next compaction.
+
+use crate::engine::Inner;
+use crate::format::key::{self};
+use crate::limits::LEVELS;
+use crate::options::Options;
+use crate::sync;
+use crate::version::{TableFile, Version};
+use std::sync::atomic::Ordering;
+
+/// Tables chosen for one compaction.
+pub(super) struct Compaction {
+    pub(super) level: usize,
+    pub(super) inputs: Vec<sync::Arc<TableFile>>,
+    /// Overlapping tables of `level + 1`.
+    pub(super) below: Vec<sync::Arc<TableFile>>,
+}
+
+pub(super) fn level_target(opts: &Options, level: usize) -> u64 {
+    let mut t = opts.level1_bytes;
+    for _ in 1..level {
+        t = t.saturating_mul(opts.level_multiplier);
+    }
+    t
+}
+
+/// A level-0 merge that drops fewer entries than this share of those it
+/// read from level 0 finds the keys new: the next waits for
+/// `l0_compaction_trigger_new_keys` tables.
+pub(super) const L0_DROPS_MIN: f64 = 0.125;
+
+/// Level-0 table counts that start a compaction, slow writers and stop
+/// them: the options', or while level-0 merges meet only new keys
+/// (`Inner::l0_new_keys`) each moved up to start compactions at
+/// `l0_compaction_trigger_new_keys`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct L0Triggers {
+    pub compact: usize,
+    pub slowdown: usize,
+    pub stop: usize,
+}
+
+impl L0Triggers {
+    pub fn new(opts: &Options, new_keys: bool) -> Self {
+        let up = if new_keys {
+            opts.l0_compaction_trigger_new_keys
+                .saturating_sub(opts.l0_compaction_trigger)
+        } else {
+            0
+        };
+        L0Triggers {
+            compact: opts.l0_compaction_trigger.saturating_add(up),
+            slowdown: opts.l0_slowdown_trigger.saturating_add(up),
+            stop: opts.l0_stop_trigger.saturating_add(up),
+        }
+    }
+
+    pub fn now(inner: &Inner) -> Self {
+        Self::new(&inner.opts, inner.l0_new_keys.load(Ordering::Relaxed))
+    }
+}
+
+/// Score of each level that can be compacted (the last cannot), level 0
+/// against `l0_trigger` tables.
+pub(super) fn scores(v: &Version, opts: &Options, l0_trigger: usize) -> Vec<f64> {
+    (0..LEVELS - 1)
+        .map(|l| {
+            if l == 0 {
+                v.levels[0].len() as f64 / l0_trigger as f64
+            } else {
+                v.level_bytes(l) as f64 / level_target(opts, l) as f64
+            }
+        })
+        .collect()
+}
+
+/// How far compaction is behind, from 0 (writers run free) to 1 (writers
+/// are about to stop). Level 0 pressure grows linearly from the slowdown
+/// trigger to the stop trigger; byte debt of deeper levels adds pressure
+/// once a level is more than twice its target.
+pub(crate) fn write_pressure(v: &Version, opts: &Options, l0: L0Triggers) -> f64 {
+    let tables = v.levels[0].len();
+    let l0_pressure = if tables >= l0.slowdown {
+        (tables - l0.slowdown + 1) as f64 / (l0.stop - l0.slowdown + 1) as f64
+    } else {
+        0.0
+    };
+    let bytes_pressure = scores(v, opts, l0.compact)
+        .iter()
+        .skip(1)
+        .map(|s| ((s - 2.0) / 8.0).clamp(0.0, 1.0))
+        .fold(0.0, f64::max);
+    l0_pressure.max(bytes_pressure).min(1.0)
+}
+
+pub(super) fn user_range(files: &[sync::Arc<TableFile>]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let lo = files.iter().map(|f| f.smallest_user()).min()?;
+    let hi = files.iter().map(|f| f.largest_user()).max()?;
+    Some((lo.to_vec(), hi.to_vec()))
+}
+
+pub(super) fn pick(
+    v: &Version,
+    opts: &Options,
+    l0_trigger: usize,
+    pointer: &mut [Vec<u8>; LEVELS],
+) -> Option<Compaction> {
+    let (level, score) = scores(v, opts, l0_trigger)
+        .into_iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    if score < 1.0 {
+        return None;
+    }
+    let inputs = if level == 0 {
+        v.levels[0].clone()
+    } else {
+        let files = &v.levels[level];
+        let after = files
+            .iter()
+            .find(|f| key::compare(&f.smallest, &pointer[level]).is_gt())
+            .or(files.first())?;
+        pointer[level] = after.largest.clone();
+        vec![after.clone()]
+    };
+    let (lo, hi) = user_range(&inputs)?;
+    let below = v.overlapping(level + 1, &lo, &hi);
+    Some(Compaction {
+        level,
+        inputs,
+        below,
+    })
+}
