@@ -153,7 +153,8 @@ pub fn encode_journal_record_head_at(
     let mut head = [0u8; MARK_LEN + 8];
     head[..MARK_LEN].copy_from_slice(&mark.to_le_bytes());
     head[MARK_LEN..].copy_from_slice(&seqno.to_le_bytes());
-    super::log::encode_record_head(out, RecordKind::NumberedBatch, seed, &head, &rep[8..]);
+    let body = rep.get(8..).unwrap_or_default();
+    super::log::encode_record_head(out, RecordKind::NumberedBatch, seed, &head, body);
 }
 
 /// The durability mark and batch payload of a journal record, or `None`

@@ -87,7 +87,8 @@ pub fn split(ikey: &[u8]) -> Option<(&[u8], u64)> {
 /// User key part of an internal key the engine wrote itself (length was
 /// validated when the block holding it was decoded).
 pub fn user_key(ikey: &[u8]) -> &[u8] {
-    &ikey[..ikey.len().saturating_sub(TAG_LEN)]
+    ikey.get(..ikey.len().saturating_sub(TAG_LEN))
+        .unwrap_or_default()
 }
 
 /// Compares two encoded internal keys in internal order.

@@ -63,7 +63,8 @@ pub fn decode_header(head: &[u8], file_len: u64) -> Option<Header> {
     let sum = r.u32_le()?;
     let _zero = r.u32_le()?;
     let flushed = r.u64_le()?;
-    if magic != MAGIC || version != VERSION || zero != 0 || sum != crc(&h[..32]) {
+    let summed = h.get(..32).is_some_and(|covered| crc(covered) == sum);
+    if magic != MAGIC || version != VERSION || zero != 0 || !summed {
         return None;
     }
     let fits = file_len
@@ -79,11 +80,19 @@ pub fn decode_header(head: &[u8], file_len: u64) -> Option<Header> {
 /// The ring's bytes for journal offsets `from .. from + ring`, in journal
 /// order, from a whole stage file whose header was decoded as `ring`.
 pub fn unwrap_from(file: &[u8], ring: u64, from: u64) -> Vec<u8> {
-    let data = &file[HEADER_LEN..HEADER_LEN + ring as usize];
-    let at = (from % ring) as usize;
-    let mut out = Vec::with_capacity(ring as usize);
-    out.extend_from_slice(&data[at..]);
-    out.extend_from_slice(&data[..at]);
+    let ring_len = usize::try_from(ring).unwrap_or(usize::MAX);
+    let data = HEADER_LEN
+        .checked_add(ring_len)
+        .and_then(|end| file.get(HEADER_LEN..end));
+    // `decode_header` checked that the ring (never empty) fits.
+    let Some((before, after)) =
+        data.and_then(|d| d.split_at_checked(usize::try_from(from % ring.max(1)).ok()?))
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::with_capacity(ring_len);
+    out.extend_from_slice(after);
+    out.extend_from_slice(before);
     out
 }
 

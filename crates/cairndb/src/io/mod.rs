@@ -16,6 +16,8 @@
 //!   past the end of the file.
 //! - Handles are `Send`; readers are `Sync` and used concurrently.
 
+#[cfg(unix)]
+mod blocks;
 mod buf;
 pub mod host;
 #[cfg(feature = "testing")]

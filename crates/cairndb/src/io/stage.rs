@@ -343,7 +343,7 @@ fn allocate(file: &File, len: u64) -> io::Result<()> {
             if file.metadata()?.blocks() * 512 >= len {
                 return Ok(());
             }
-            super::posix::write_zeros(file, 0, len)?;
+            super::blocks::write_zeros(file, 0, len)?;
             file.sync_data()
         }
         Err(e) => Err(e.into()),
@@ -456,27 +456,27 @@ impl super::FileWrite for StagedWrite {
         );
         // Through the page cache, as `PosixWrite` does; a direct write
         // over these pages later takes them out of the cache.
-        super::posix::write_zeros(&self.plain, from.max(self.size), up_to)?;
+        super::blocks::write_zeros(&self.plain, from.max(self.size), up_to)?;
         self.size = up_to;
         super::sync_after_prewrite(|| self.plain.sync_data())
     }
 
     fn reserve(&mut self, up_to: u64, ahead: u64) -> io::Result<()> {
-        super::posix::reserve_blocks(&self.plain, &mut self.reserved, up_to, ahead)
+        super::blocks::reserve_blocks(&self.plain, &mut self.reserved, up_to, ahead)
     }
 
     fn trim(&mut self) -> io::Result<()> {
         self.shared.failed()?;
         self.shared.write_all()?;
         let file_len = self.plain.metadata()?.len();
-        if file_len != self.len || super::posix::reserved_past(self.reserved, self.len) {
+        if file_len != self.len || super::blocks::reserved_past(self.reserved, self.len) {
             // Also when the size stays: a truncate to the same size gives
             // back the blocks reserved past the end.
             self.plain.set_len(self.len)?;
             self.plain.sync_all()?;
         }
         self.size = self.len;
-        self.reserved = super::posix::reserved_after_trim(self.reserved, self.len);
+        self.reserved = super::blocks::reserved_after_trim(self.reserved, self.len);
         Ok(())
     }
 

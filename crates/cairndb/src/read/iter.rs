@@ -9,9 +9,10 @@
 //! window while the caller consumes the current one.
 
 use super::ReadView;
+use super::chunk::Value;
 use super::cursor::{Cursor, Dir, LevelCursor, MemCursor, MergeCursor, table_cursor};
 use super::prefetch::Loading;
-use super::share::{Scan, Value};
+use super::share::Scan;
 use crate::Result;
 use crate::format::key::{self, Kind};
 use crate::format::vptr::{VPTR_LEN_MAX, ValuePtr};
@@ -476,9 +477,9 @@ impl Iter {
         let ahead = self.ahead(dir);
         for (user, kind, stored) in w.raw {
             let value = if kind == Kind::Pointer as u8 {
-                loaded.next().unwrap_or_else(|| {
-                    Err(crate::Error::Poisoned("internal: value not loaded".into()))
-                })
+                loaded
+                    .next()
+                    .expect("a window loads one value per pointer entry")
             } else {
                 Ok(Value::Owned(stored.into_vec()))
             };

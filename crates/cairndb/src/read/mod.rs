@@ -6,6 +6,7 @@
 //! with seqno <= `s`) answers. Tables are consulted through their filter
 //! first and opened lazily through the [`TableCache`].
 
+pub mod chunk;
 pub mod cursor;
 pub mod iter;
 pub mod policy;
@@ -216,7 +217,7 @@ impl ReadView {
         }
         self.share.leave(&scan);
         out.into_iter()
-            .map(|v| v.unwrap_or_else(|| Err(Error::Poisoned("internal: value not read".into()))))
+            .map(|v| v.expect("every pointer's window was loaded"))
             .collect()
     }
 

@@ -17,8 +17,9 @@
 //! the device.
 
 use super::ReadView;
+use super::chunk::{self, CHUNK, ChunkBytes, Value};
 use super::policy::{How, Served};
-use super::share::{self, CHUNK, ChunkBytes, SHARE_RUN_MIN, Scan, Value};
+use super::share::{SHARE_RUN_MIN, Scan};
 use super::stream_share::Reader as StreamReader;
 use crate::Result;
 use crate::format::vptr::ValuePtr;
@@ -355,9 +356,7 @@ impl ReadView {
             out[i] = Some(v);
         }
         out.into_iter()
-            .map(|v| {
-                v.unwrap_or_else(|| Err(crate::Error::Poisoned("internal: value not read".into())))
-            })
+            .map(|v| v.expect("every value of a window is loaded or read"))
             .collect()
     }
 
@@ -373,12 +372,12 @@ impl ReadView {
 
     /// `load_ptr` of the `i`th pointer of a window.
     fn load_at(&self, ptrs: &[Option<ValuePtr>], i: usize) -> Result<Vec<u8>> {
-        match ptrs.get(i).copied().flatten() {
-            Some(p) => self.load_ptr(&p),
-            None => Err(crate::Error::Poisoned(
-                "internal: no pointer to load".into(),
-            )),
-        }
+        let p = ptrs
+            .get(i)
+            .copied()
+            .flatten()
+            .expect("a value is loaded only where its window has a pointer");
+        self.load_ptr(&p)
     }
 }
 
@@ -520,7 +519,7 @@ impl Run {
                             }
                         })
                     }
-                    _ => share::gather(chunks, first, p.offset, len)
+                    _ => chunk::gather(chunks, first, p.offset, len)
                         .filter(|v| p.matches(v))
                         .map(Value::Owned),
                 };

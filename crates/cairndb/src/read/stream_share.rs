@@ -28,8 +28,8 @@
 //! A flushed stream's bytes never change and segment numbers are not
 //! reused, so a kept chunk never goes stale.
 
+use super::chunk::{CHUNK, Cell, Chunk, ChunkBytes, Publish, Recycler};
 use super::policy::{How, ReadPolicy};
-use super::share::{CHUNK, Cell, Chunk, ChunkBytes, Publish, Recycler};
 use crate::version::segments::SegmentFile;
 use parking_lot::Mutex;
 use std::collections::HashMap;
