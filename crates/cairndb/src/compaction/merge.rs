@@ -13,6 +13,7 @@ use crate::format::vptr::ValuePtr;
 use crate::limits::LEVELS;
 use crate::read::cursor::{Cursor, Dir, MergeCursor, table_cursor};
 use crate::sync;
+use crate::version::segments::SegmentFile;
 use crate::version::{TableFile, Version, files};
 use std::sync::atomic::Ordering;
 
@@ -140,12 +141,7 @@ pub(super) fn merge_into(
     let oldest_snapshot = inner.oldest_snapshot();
     // Value bytes moved out of journals by settling (also in `moves`).
     let mut settled = 0u64;
-    let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(inputs.len());
-    for f in inputs {
-        let table = inner.tables.get(f)?;
-        children.push(Box::new(table_cursor(&table, Dir::Forward, None)));
-    }
-    let mut merged = MergeCursor::new(children, Dir::Forward);
+    let mut merged = open_inputs(inner, inputs)?;
     let mut outputs = Vec::new();
     let mut writer: Option<(u64, TableWriter)> = None;
     let mut current: Option<Vec<u8>> = None;
@@ -196,42 +192,14 @@ pub(super) fn merge_into(
             }
             continue;
         }
-        if writer.is_none() {
-            let number = inner.new_file_number();
-            created.tables.push(number);
-            let path = files::table(&inner.dir, number);
-            let file = inner
-                .fs
-                .create(&path)
-                .map_err(|e| Error::io(format!("creating table {}", path.display()), e))?;
-            let opts = &inner.table_opts;
-            writer = Some((
-                number,
-                TableWriter::new(file, path, opts).owned_by(opts.db_id, number),
-            ));
-        }
-        // Value GC: a pointer into a segment that is mostly dead moves its
-        // value to this compaction's values file; settling also moves
-        // every value still in a journal (written in arrival order), so
-        // the values file holds them in key order. The null policy
-        // (ratio 0) moves nothing.
-        // A background compaction moves at most its allowances, a
-        // settling step only while the database is quiet; later ones move
-        // the rest.
-        let gc = inner.opts.value_gc_live_ratio;
+        let w = match &mut writer {
+            Some((_, w)) => w,
+            None => &mut writer.insert(new_table(inner, created)?).1,
+        };
         let is_pointer = key::tag_kind(tag) == Kind::Pointer as u8;
-        let may_move =
-            moving.may_collect(moves.moved_bytes - settled) || moving.may_settle(settled);
-        let move_one = (gc > 0.0 && is_pointer && may_move)
-            .then(|| ValuePtr::decode(merged.value()))
-            .flatten()
-            .and_then(|p| {
-                let seg = v.segments.get(&p.segment)?;
-                let collect =
-                    seg.mostly_dead(gc) && moving.may_collect(moves.moved_bytes - settled);
-                let settle = !collect && seg.file.in_write_order() && moving.may_settle(settled);
-                (collect || settle).then(|| (p, seg.file.clone(), settle))
-            });
+        let move_one = is_pointer
+            .then(|| value_to_move(inner, v, moving, &moves, settled, merged.value()))
+            .flatten();
         if let Some((ptr, seg, settles)) = move_one {
             if settles {
                 settled += u64::from(ptr.len);
@@ -241,17 +209,82 @@ pub(super) fn merge_into(
             *moved.entry(to.segment).or_default() += u64::from(to.len);
             ptr_buf.clear();
             to.encode(&mut ptr_buf);
-            if let Some((_, w)) = writer.as_mut() {
-                w.add(ikey, &ptr_buf)?;
-            }
-        } else if let Some((_, w)) = writer.as_mut() {
+            w.add(ikey, &ptr_buf)?;
+        } else {
             w.add(ikey, merged.value())?;
         }
     }
     if let Some(last) = writer {
         outputs.push(finish(last, out_level)?);
     }
-    // Moved values are durable before the edit that points to them.
+    make_durable(inner, moves, settled, !outputs.is_empty())?;
+    Ok(Some(Merged {
+        tables: outputs,
+        dead: dead.into_iter().collect(),
+        moved: moved.into_iter().collect(),
+        dropped,
+    }))
+}
+
+/// A merging cursor over the tables `inputs`.
+fn open_inputs(inner: &Inner, inputs: &[sync::Arc<TableFile>]) -> Result<MergeCursor> {
+    let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(inputs.len());
+    for f in inputs {
+        let table = inner.tables.get(f)?;
+        children.push(Box::new(table_cursor(&table, Dir::Forward, None)));
+    }
+    Ok(MergeCursor::new(children, Dir::Forward))
+}
+
+/// A new output table (its number recorded in `created`).
+fn new_table(inner: &Inner, created: &mut Created) -> Result<(u64, TableWriter)> {
+    let number = inner.new_file_number();
+    created.tables.push(number);
+    let path = files::table(&inner.dir, number);
+    let file = inner
+        .fs
+        .create(&path)
+        .map_err(|e| Error::io(format!("creating table {}", path.display()), e))?;
+    let opts = &inner.table_opts;
+    Ok((
+        number,
+        TableWriter::new(file, path, opts).owned_by(opts.db_id, number),
+    ))
+}
+
+/// Whether the value the pointer `stored` names moves, and how: value GC
+/// moves a value out of a segment that is mostly dead to this
+/// compaction's values file; settling also moves every value still in a
+/// journal (written in arrival order), so the values file holds them in
+/// key order. The null policy (ratio 0) moves nothing. A background
+/// compaction moves at most its allowances, a settling step only while
+/// the database is quiet; later ones move the rest. Returns the pointer,
+/// its segment, and whether the move settles.
+fn value_to_move(
+    inner: &Inner,
+    v: &Version,
+    moving: Moving,
+    moves: &Moves,
+    settled: u64,
+    stored: &[u8],
+) -> Option<(ValuePtr, sync::Arc<SegmentFile>, bool)> {
+    let gc = inner.opts.value_gc_live_ratio;
+    let collected = moves.moved_bytes - settled;
+    if gc <= 0.0 || !(moving.may_collect(collected) || moving.may_settle(settled)) {
+        return None;
+    }
+    let p = ValuePtr::decode(stored)?;
+    let seg = v.segments.get(&p.segment)?;
+    let collect = seg.mostly_dead(gc) && moving.may_collect(collected);
+    let settle = !collect && seg.file.in_write_order() && moving.may_settle(settled);
+    (collect || settle).then(|| (p, seg.file.clone(), settle))
+}
+
+/// Makes a merge's outputs durable before the edit that names them: the
+/// moved values appended and synced (`settled` of them out of journals),
+/// and the directory synced if the merge created files (`tables`: it
+/// wrote any).
+fn make_durable(inner: &Inner, mut moves: Moves, settled: u64, tables: bool) -> Result<()> {
     moves.drain(inner)?;
     inner
         .counters
@@ -261,8 +294,7 @@ pub(super) fn merge_into(
         .counters
         .value_bytes_settled
         .fetch_add(settled, Ordering::Relaxed);
-    let mut values = moves.out;
-    for o in &mut values {
+    for o in &mut moves.out {
         o.file.sync().map_err(|e| {
             Error::io(
                 format!("syncing {}", files::values(&inner.dir, o.number).display()),
@@ -270,17 +302,12 @@ pub(super) fn merge_into(
             )
         })?;
     }
-    if !outputs.is_empty() || !values.is_empty() {
+    if tables || !moves.out.is_empty() {
         inner
             .sync_dir()
             .map_err(|e| Error::io("syncing the database directory", e))?;
     }
-    Ok(Some(Merged {
-        tables: outputs,
-        dead: dead.into_iter().collect(),
-        moved: moved.into_iter().collect(),
-        dropped,
-    }))
+    Ok(())
 }
 
 pub(super) fn finish((number, w): (u64, TableWriter), level: usize) -> Result<TableRecord> {

@@ -202,8 +202,6 @@ pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
 mod tests {
     use super::settle::{SETTLE_PER_COMPACTION_MAX, settle_allowance};
     use super::{L0Triggers, gc_allowance};
-    use crate::format::vptr::PAGE;
-    use crate::format::vptr::padding;
 
     /// While level-0 merges meet only new keys, compaction starts at the
     /// new-keys count and the slowdown and stop move up with it: a load
@@ -299,41 +297,5 @@ mod tests {
             ..opts
         };
         assert_eq!(settle_allowance(&off, 100 << 20, 100 << 20), 0);
-    }
-
-    /// Values are padded onto page boundaries only where that saves a
-    /// page per read and costs at most an eighth of the value.
-    #[test]
-    fn values_are_padded_to_pages_only_when_it_pays() {
-        // A 4 KiB value: aligned as it is, or padded onto the next page
-        // when the padding is small (a read then takes one page, not two).
-        assert_eq!(padding(0, PAGE), 0);
-        assert_eq!(padding(8 * PAGE, PAGE), 0);
-        assert_eq!(padding(PAGE - 100, PAGE), 100);
-        // Padding of more than an eighth of the value is not paid.
-        assert_eq!(padding(100, PAGE), 0);
-        // A value that fits in the rest of its page needs none.
-        assert_eq!(padding(100, 3000), 0);
-        // 3000 bytes across a boundary: the 1096 bytes to align it are
-        // more than an eighth of it.
-        assert_eq!(padding(3000, 3000), 0);
-        // 7.9 KiB straddling three pages, two would do: 200 bytes pad it.
-        assert_eq!(padding(PAGE - 200, 2 * PAGE - 100), 200);
-        // A small value crossing a page only for its last few bytes moves
-        // onto the next page; one crossing further stays.
-        assert_eq!(padding(1, 100), 0);
-        assert_eq!(padding(PAGE - 1, 100), 1);
-        assert_eq!(padding(PAGE - 50, 100), 0);
-        // Every padded value spans exactly the pages its length needs.
-        for off in (0..3 * PAGE).step_by(97) {
-            for len in [1000, PAGE, PAGE + 1, 3 * PAGE - 7] {
-                let pad = padding(off, len);
-                let at = off + pad;
-                if pad > 0 {
-                    assert_eq!((at % PAGE + len).div_ceil(PAGE), len.div_ceil(PAGE));
-                    assert!(pad <= len / 8);
-                }
-            }
-        }
     }
 }

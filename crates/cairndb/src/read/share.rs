@@ -632,9 +632,14 @@ impl ChunkShare {
     /// Drops kept chunk `victim` (under the map lock), keeping its buffer
     /// as a spare if no scan holds the chunk any more and room is left.
     fn drop_chunk(&self, map: &mut Map, victim: (u64, u64)) {
+        assert!(
+            map.slots.contains_key(&victim),
+            "dropping {victim:?}, not kept"
+        );
         if let Some(bytes) = evict(map, victim) {
             self.buffers.drop_chunk(bytes);
         }
+        assert!(!map.slots.contains_key(&victim), "{victim:?} dropped");
     }
 
     /// A new chunk being read by `scan`, kept under `key`.
@@ -646,7 +651,8 @@ impl ChunkShare {
             used: map.tick,
             takers: vec![scan.id],
         };
-        map.slots.insert(key, slot);
+        let before = map.slots.insert(key, slot);
+        assert!(before.is_none(), "chunk {key:?} kept twice");
         (cell, true)
     }
 

@@ -289,6 +289,11 @@ impl Version {
                 dead_segments.push(gone.file);
             }
         }
+        assert_eq!(
+            v.table_count() + edit.removed.len(),
+            self.table_count() + edit.added.len(),
+            "an edit removes and adds exactly the tables it names"
+        );
         Ok((
             v,
             Removed {
