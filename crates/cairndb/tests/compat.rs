@@ -5,7 +5,7 @@
 //! replay. Each test opens a copy, checks every key, writes, and reopens.
 //!
 //! `write_image` (ignored) writes a new image with the build at hand, for
-//! the next format change: `CAIRNDB_IMAGE=format5 cargo test -p cairndb
+//! the next format change: `CAIRNDB_IMAGE=format6 cargo test -p cairndb
 //! --test compat write_image -- --ignored`.
 
 use cairndb::{Db, Options, WriteOptions};
@@ -148,12 +148,12 @@ fn a_format_4_database_opens() {
     opens("format4");
 }
 
-/// Written with value streams on (the default from 78f1db9): unsynced
-/// separated values in `.stream` files, by the build before the engine
-/// core was restructured (30cb6c3).
+/// Format 5, written with value streams on (the default since 78f1db9):
+/// unsynced separated values in `.stream` files, by the build before the
+/// engine core was restructured (30cb6c3).
 #[test]
-fn a_format_4_database_with_value_streams_opens() {
-    let streams = std::fs::read_dir(testdata().join("format4-streams"))
+fn a_format_5_database_with_value_streams_opens() {
+    let streams = std::fs::read_dir(testdata().join("format5"))
         .expect("the image")
         .filter(|e| {
             e.as_ref()
@@ -161,7 +161,7 @@ fn a_format_4_database_with_value_streams_opens() {
         })
         .count();
     assert!(streams > 0, "the image holds value streams");
-    opens("format4-streams");
+    opens("format5");
 }
 
 #[test]
