@@ -50,6 +50,9 @@ pub struct Op<'a> {
     pub kind: Kind,
     pub key: &'a [u8],
     pub value: &'a [u8],
+    /// Offset of `value` in the payload it was decoded from: where a
+    /// separated value's bytes lie within its journal record.
+    pub value_at: usize,
 }
 
 /// A checked view of a batch payload.
@@ -90,7 +93,13 @@ fn read_op<'a>(r: &mut Reader<'a>) -> Result<Op<'a>, &'static str> {
         Kind::Put | Kind::Pointer => r.len_prefixed().ok_or("value truncated")?,
         Kind::Delete => &[],
     };
-    Ok(Op { kind, key, value })
+    let value_at = r.pos() - value.len();
+    Ok(Op {
+        kind,
+        key,
+        value,
+        value_at,
+    })
 }
 
 /// The op that starts at byte `at` of payload `rep` (an offset
@@ -98,7 +107,8 @@ fn read_op<'a>(r: &mut Reader<'a>) -> Result<Op<'a>, &'static str> {
 /// whole op starts there.
 pub fn op_at(rep: &[u8], at: usize) -> Option<(Op<'_>, usize)> {
     let mut r = Reader::new(rep.get(at..)?);
-    let op = read_op(&mut r).ok()?;
+    let mut op = read_op(&mut r).ok()?;
+    op.value_at += at;
     Some((op, at + r.pos()))
 }
 
@@ -193,6 +203,25 @@ pub fn encode_split(out: &mut Vec<u8>, number: u64, mark: u64, rep: &[u8], first
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_op_knows_where_its_value_lies() {
+        let mut rep = new_payload();
+        let at = rep.len();
+        push_op(&mut rep, Kind::Put, b"key", &[9u8; 300]);
+        push_op(&mut rep, Kind::Delete, b"gone", b"");
+        let second = rep.len();
+        push_op(&mut rep, Kind::Put, b"k", b"short");
+        set_count(&mut rep, 3);
+        let d = decode(&rep).expect("decodes");
+        for op in &d.ops {
+            assert_eq!(&rep[op.value_at..op.value_at + op.value.len()], op.value);
+        }
+        for start in [at, second] {
+            let (op, _) = op_at(&rep, start).expect("an op starts there");
+            assert_eq!(&rep[op.value_at..op.value_at + op.value.len()], op.value);
+        }
+    }
 
     #[test]
     fn round_trip_and_every_cut_fails() {

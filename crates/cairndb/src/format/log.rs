@@ -198,6 +198,14 @@ pub fn starts_with_record(data: &[u8], framing: Framing) -> bool {
 /// An intact record: its offset, kind and payload.
 pub type Record<'a> = (u64, RecordKind, &'a [u8]);
 
+/// Offset within `data` of `part`, a slice of it: where a record's
+/// payload (or a part of it) that a scan of `data` returned lies in the
+/// file. `None` if `part` is not inside `data`.
+pub fn offset_in(data: &[u8], part: &[u8]) -> Option<u64> {
+    let from = (part.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
+    (from.checked_add(part.len())? <= data.len()).then_some(from as u64)
+}
+
 /// Splits a whole log image into records. Never fails: damage is reported
 /// in `Scan::tail` and the caller applies its recovery policy.
 ///
@@ -271,6 +279,16 @@ pub fn scan_resync(data: &[u8], framing: Framing) -> Vec<Record<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_part_is_found_where_it_lies_and_nowhere_else() {
+        let data = [0u8; 64];
+        assert_eq!(offset_in(&data, &data[10..20]), Some(10));
+        assert_eq!(offset_in(&data, &data[64..]), Some(64));
+        let other = [0u8; 8];
+        assert_eq!(offset_in(&data, &other), None);
+        assert_eq!(offset_in(&data[..32], &data[30..40]), None);
+    }
 
     fn any(_: RecordKind, _: &[u8], _: &[Record]) -> bool {
         true

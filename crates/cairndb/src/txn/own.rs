@@ -62,6 +62,7 @@ fn op(rep: &[u8], at: u32) -> (Op<'_>, usize) {
             kind: Kind::Delete,
             key: &[],
             value: &[],
+            value_at: 0,
         },
         at as usize,
     ))

@@ -1,0 +1,388 @@
+//! Value streams: the separated values of unsynced writes, ordered by key
+//! range as they are written (docs/architecture.md §Value streams).
+//!
+//! Each journal has a set of streams (`Streams`), one per key range
+//! (partition). A writer whose batch is not synced appends each separated
+//! value to the stream of its key's partition itself, before it joins the
+//! commit queue, and the batch that goes into the journal holds a pointer
+//! op in its place (format.md §Batch). A full scan then finds a key
+//! range's values of one journal in one file of a few MiB instead of
+//! scattered over the whole journal.
+//!
+//! Rules that keep acknowledged writes:
+//! - a value is in the page cache (appended) before its batch is queued,
+//!   so a record that points at it survives a process crash;
+//! - every sync that vouches for records — a synced group, a seal, a
+//!   clean close — first syncs every stream appended to since the last
+//!   one (and the directory, if a stream was created): `sync_dirty`;
+//! - a batch placed in one journal's streams and committed after that
+//!   journal was sealed goes into the next journal with its values inline
+//!   (`Pending::rep_for`): a memtable points only into its own journal
+//!   and its own streams, which are synced when it is sealed;
+//! - recovery copies the values of unvouched records into the tables it
+//!   writes, checking each against its pointer; the first that does not
+//!   match ends the journal like a torn tail.
+
+use crate::format::batch as codec;
+use crate::format::key::Kind;
+use crate::format::vptr::{ValuePtr, padding};
+use crate::io::FileWrite;
+use crate::sync::Mutex;
+use crate::version::Reaper;
+use crate::version::files;
+use crate::version::segments::SegmentFile;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Blocks a stream reserves ahead of its appends (`FileWrite::reserve`).
+const STREAM_RESERVE_AHEAD: u64 = 1 << 20;
+
+/// Keys kept to cut the next journal's partitions: the keys of about one
+/// separated value in `SAMPLE_EVERY` (by hash), up to `SAMPLE_MAX` keys.
+const SAMPLE_EVERY: u64 = 16;
+const SAMPLE_MAX: usize = 4096;
+
+/// The value streams of one journal.
+pub(crate) struct Streams {
+    /// The journal they belong to.
+    pub journal: u64,
+    /// File number of partition 0; partition `i` is `first + i`.
+    first: u64,
+    /// `bounds[i]` is the smallest key of partition `i + 1`.
+    bounds: Vec<Vec<u8>>,
+    parts: Vec<Part>,
+    /// Set by `seal`: nothing more is appended.
+    sealed: AtomicBool,
+    /// A stream file was created since the directory was last synced.
+    created: AtomicBool,
+    /// Value bytes appended (with padding): counts towards the journal's
+    /// size (`Options::journal_bytes`).
+    bytes: AtomicU64,
+    sample: Mutex<Vec<Vec<u8>>>,
+    reaper: Arc<Reaper>,
+}
+
+struct Part {
+    /// The stream's segment handle, once its file exists.
+    segment: OnceLock<Arc<SegmentFile>>,
+    file: Mutex<PartFile>,
+    /// Appended to since the last sync.
+    dirty: AtomicBool,
+}
+
+#[derive(Default)]
+struct PartFile {
+    writer: Option<Box<dyn FileWrite>>,
+    /// An append or a create failed: the values go to the journal.
+    failed: bool,
+}
+
+impl Streams {
+    /// The streams of journal `journal`, with file numbers
+    /// `first..first + bounds.len() + 1`; files are created on first use.
+    pub fn new(reaper: &Arc<Reaper>, journal: u64, first: u64, bounds: Vec<Vec<u8>>) -> Streams {
+        debug_assert!(bounds.windows(2).all(|w| w[0] < w[1]));
+        let parts = (0..=bounds.len())
+            .map(|_| Part {
+                segment: OnceLock::new(),
+                file: Mutex::new(PartFile::default()),
+                dirty: AtomicBool::new(false),
+            })
+            .collect();
+        Streams {
+            journal,
+            first,
+            bounds,
+            parts,
+            sealed: AtomicBool::new(false),
+            created: AtomicBool::new(false),
+            bytes: AtomicU64::new(0),
+            sample: Mutex::new(Vec::new()),
+            reaper: reaper.clone(),
+        }
+    }
+
+    /// Value bytes appended so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// The segment of stream `number`, if it is one of these and exists.
+    pub fn segment(&self, number: u64) -> Option<&Arc<SegmentFile>> {
+        let i = usize::try_from(number.checked_sub(self.first)?).ok()?;
+        self.parts.get(i)?.segment.get()
+    }
+
+    /// The segments of the streams that exist.
+    pub fn segments(&self) -> impl Iterator<Item = &Arc<SegmentFile>> {
+        self.parts.iter().filter_map(|p| p.segment.get())
+    }
+
+    /// `rep` (a batch payload) with each put of at least `min` bytes
+    /// replaced by a pointer op to its value, appended to its partition's
+    /// stream; `None` if no value was placed (the batch goes as it is).
+    /// A value that cannot be appended (a full device, a failed write)
+    /// stays inline: the journal append then decides the write's fate.
+    pub fn place(&self, rep: &[u8], min: usize) -> Option<Vec<u8>> {
+        let decoded = codec::decode(rep).ok()?;
+        if !decoded
+            .ops
+            .iter()
+            .any(|op| op.kind == Kind::Put && op.value.len() >= min)
+        {
+            return None;
+        }
+        let mut out = Vec::with_capacity(rep.len().min(64 << 10));
+        out.extend_from_slice(&rep[..codec::BATCH_HEADER_LEN]);
+        let mut encoded = Vec::with_capacity(crate::format::vptr::VPTR_LEN_MAX);
+        let mut any = false;
+        for op in &decoded.ops {
+            if op.kind == Kind::Put
+                && op.value.len() >= min
+                && let Some(ptr) = self.append(op.key, op.value)
+            {
+                encoded.clear();
+                ptr.encode(&mut encoded);
+                codec::push_op(&mut out, Kind::Pointer, op.key, &encoded);
+                any = true;
+            } else {
+                codec::push_op(&mut out, op.kind, op.key, op.value);
+            }
+        }
+        any.then_some(out)
+    }
+
+    /// Appends `value` (the value of `key`) to its partition's stream.
+    fn append(&self, key: &[u8], value: &[u8]) -> Option<ValuePtr> {
+        let i = self.bounds.partition_point(|b| b.as_slice() <= key);
+        let part = &self.parts[i];
+        let number = self.first + i as u64;
+        let mut file = part.file.lock();
+        // Checked under the part's lock, which `seal` takes after setting
+        // the flag: an append either sees it or is synced by the seal.
+        if self.sealed.load(Ordering::Acquire) || file.failed {
+            return None;
+        }
+        if file.writer.is_none() {
+            match self
+                .reaper
+                .fs
+                .create(&files::stream(&self.reaper.dir, number))
+            {
+                Ok(w) => {
+                    file.writer = Some(w);
+                    self.created.store(true, Ordering::Release);
+                    let _ = part
+                        .segment
+                        .set(SegmentFile::new_stream(&self.reaper, number));
+                }
+                Err(_) => {
+                    file.failed = true;
+                    return None;
+                }
+            }
+        }
+        let w = file.writer.as_mut()?;
+        let at = w.len();
+        let len = value.len() as u64;
+        let pad = padding(at, len);
+        // A full device refuses here, with nothing appended.
+        w.reserve(at + pad + len, STREAM_RESERVE_AHEAD).ok()?;
+        let appended = if pad > 0 {
+            w.append(&vec![0u8; pad as usize])
+                .and_then(|()| w.append(value))
+        } else {
+            w.append(value)
+        };
+        if appended.is_err() {
+            file.failed = true;
+            return None;
+        }
+        assert_eq!(w.len(), at + pad + len, "a stream append moved its end");
+        part.dirty.store(true, Ordering::Release);
+        drop(file);
+        self.bytes.fetch_add(pad + len, Ordering::Relaxed);
+        // Chosen by the key's hash, not by count: a count would follow
+        // any period in the order keys are written.
+        if u64::from(crate::format::coding::crc(key)).is_multiple_of(SAMPLE_EVERY) {
+            let mut sample = self.sample.lock();
+            if sample.len() < SAMPLE_MAX {
+                sample.push(key.to_vec());
+            }
+        }
+        Some(ValuePtr::to(number, at + pad, value))
+    }
+
+    /// Syncs every stream appended to since its last sync, after the
+    /// directory if a stream was created: what a sync that vouches for
+    /// journal records must do first.
+    pub fn sync_dirty(&self) -> std::io::Result<()> {
+        if self.created.swap(false, Ordering::AcqRel)
+            && let Err(e) = self.reaper.fs.sync_dir(&self.reaper.dir)
+        {
+            self.created.store(true, Ordering::Release);
+            return Err(e);
+        }
+        for part in &self.parts {
+            if !part.dirty.swap(false, Ordering::AcqRel) {
+                continue;
+            }
+            let mut file = part.file.lock();
+            if let Some(w) = file.writer.as_mut()
+                && let Err(e) = w.sync()
+            {
+                part.dirty.store(true, Ordering::Release);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends appends (later batches keep their values inline), syncs what
+    /// was appended, gives back the blocks reserved past each stream's
+    /// end (`FileWrite::trim`) and closes the files.
+    pub fn seal(&self) -> std::io::Result<()> {
+        self.sealed.store(true, Ordering::Release);
+        self.sync_dirty()?;
+        for part in &self.parts {
+            let mut file = part.file.lock();
+            if let Some(w) = file.writer.as_mut() {
+                w.trim()?;
+            }
+            file.writer = None;
+        }
+        Ok(())
+    }
+
+    /// Partition bounds for the next journal, cut at quantiles of the
+    /// keys sampled here: `partitions - 1` keys, fewer if the sample
+    /// holds fewer distinct keys.
+    pub fn next_bounds(&self, partitions: usize) -> Vec<Vec<u8>> {
+        let mut sample = std::mem::take(&mut *self.sample.lock());
+        if partitions < 2 || sample.len() < partitions {
+            return Vec::new();
+        }
+        sample.sort_unstable();
+        let mut bounds: Vec<Vec<u8>> = (1..partitions)
+            .map(|i| sample[i * sample.len() / partitions].clone())
+            .collect();
+        bounds.dedup();
+        bounds
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{Fs, MemFs};
+    use std::path::Path;
+
+    fn streams(bounds: &[&str]) -> (Arc<MemFs>, Streams) {
+        let fs = Arc::new(MemFs::new());
+        let dir = Path::new("/db");
+        fs.create_dir_all(dir).expect("mkdir");
+        let reaper = Arc::new(Reaper::new(
+            fs.clone(),
+            dir.to_path_buf(),
+            0,
+            Box::new(|_| {}),
+        ));
+        let bounds = bounds.iter().map(|b| b.as_bytes().to_vec()).collect();
+        (fs, Streams::new(&reaper, 5, 10, bounds))
+    }
+
+    fn batch(ops: &[(&str, usize)]) -> Vec<u8> {
+        let mut rep = codec::new_payload();
+        for (key, len) in ops {
+            codec::push_op(
+                &mut rep,
+                Kind::Put,
+                key.as_bytes(),
+                &vec![key.as_bytes()[0]; *len],
+            );
+        }
+        codec::set_count(&mut rep, ops.len() as u32);
+        rep
+    }
+
+    #[test]
+    fn values_go_to_their_key_range_and_small_ones_stay() {
+        let (fs, s) = streams(&["m"]);
+        let rep = batch(&[("a", 4096), ("b", 10), ("z", 5000)]);
+        let placed = s.place(&rep, 1024).expect("two values placed");
+        let ops = codec::decode(&placed).expect("decodes").ops;
+        assert_eq!(ops[0].kind, Kind::Pointer);
+        assert_eq!(ops[1].kind, Kind::Put);
+        assert_eq!(ops[2].kind, Kind::Pointer);
+        let a = ValuePtr::decode(ops[0].value).expect("pointer");
+        let z = ValuePtr::decode(ops[2].value).expect("pointer");
+        assert_eq!((a.segment, z.segment), (10, 11));
+        let read = |p: &ValuePtr| {
+            let r = fs
+                .open(&files::stream(Path::new("/db"), p.segment))
+                .expect("open");
+            let mut buf = vec![0u8; p.len as usize];
+            r.read_exact_at(&mut buf, p.offset).expect("read");
+            buf
+        };
+        assert!(a.matches(&read(&a)) && z.matches(&read(&z)));
+        // The second 4 KiB value of a stream starts on a page.
+        let again = s.place(&batch(&[("c", 4096)]), 1024).expect("placed");
+        let c = ValuePtr::decode(codec::decode(&again).expect("decodes").ops[0].value)
+            .expect("pointer");
+        assert_eq!(c.offset % 4096, 0);
+        assert!(s.place(&batch(&[("a", 100)]), 1024).is_none());
+    }
+
+    #[test]
+    fn a_sealed_set_places_nothing() {
+        let (_fs, s) = streams(&[]);
+        assert!(s.place(&batch(&[("a", 2000)]), 1024).is_some());
+        s.seal().expect("seal");
+        assert!(s.place(&batch(&[("a", 2000)]), 1024).is_none());
+    }
+
+    /// Blocks a stream reserved ahead of its appends are given back when
+    /// it is sealed: a journal's streams would otherwise hold up to a MiB
+    /// each of space no value uses.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_sealed_stream_keeps_no_reserved_blocks() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let fs: Arc<dyn Fs> = Arc::new(crate::io::PosixFs);
+        let reaper = Arc::new(Reaper::new(
+            fs,
+            tmp.path().to_path_buf(),
+            0,
+            Box::new(|_| {}),
+        ));
+        let s = Streams::new(&reaper, 5, 10, Vec::new());
+        s.place(&batch(&[("a", 4096)]), 1024).expect("placed");
+        let path = files::stream(tmp.path(), 10);
+        let blocks = || std::fs::metadata(&path).expect("stat").blocks() * 512;
+        let reserved = blocks();
+        s.seal().expect("seal");
+        let kept = blocks();
+        assert!(
+            kept <= 8192,
+            "{kept} bytes kept after the seal ({reserved} before)"
+        );
+    }
+
+    #[test]
+    fn bounds_are_quantiles_of_the_sample() {
+        let (_fs, s) = streams(&[]);
+        for i in 0..1000u32 {
+            let key = format!("{i:04}");
+            s.place(&batch(&[(key.as_str(), 1024)]), 1024)
+                .expect("placed");
+        }
+        let bounds = s.next_bounds(4);
+        assert_eq!(bounds.len(), 3);
+        assert!(bounds.windows(2).all(|w| w[0] < w[1]));
+        let mid = String::from_utf8(bounds[1].clone()).expect("utf-8");
+        let mid: u32 = mid.parse().expect("number");
+        assert!((400..600).contains(&mid), "median cut at {mid}");
+    }
+}
