@@ -481,16 +481,11 @@ fn read_block_bytes(
     let size =
         usize::try_from(handle.size).map_err(|_| corrupt(format!("{what} block too large")))?;
     let mut buf = vec![0u8; size + TRAILER_LEN];
-    // A checksum mismatch is read once more: a bit flipped in transit is
-    // not damage on the device, and failing would stop a compaction.
-    for attempt in 0..2 {
+    // A checksum mismatch is read once more (`io::read_checked`).
+    crate::io::read_checked(|| {
         read_exact(file, path, &mut buf, handle, what)?;
-        match check_block(&buf, size, what, &corrupt) {
-            Ok(()) => break,
-            Err(e) if attempt == 1 => return Err(e),
-            Err(_) => {}
-        }
-    }
+        Ok(check_block(&buf, size, what, &corrupt))
+    })??;
     buf.truncate(size);
     Ok(buf)
 }

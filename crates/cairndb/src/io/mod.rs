@@ -66,6 +66,22 @@ pub(crate) enum Served {
     Buffered,
 }
 
+/// The engine's rule for bytes that fail their check: they are read once
+/// more before they count as damaged, since a bit flipped between the
+/// device and memory is not damage on the device (and calling it damage
+/// would cut a journal's tail or stop a compaction). `attempt` reads and
+/// checks: `Ok(Ok(v))` passed, `Ok(Err(m))` read but failed its check,
+/// `Err(e)` could not be read (not tried again). The second attempt's
+/// outcome is the answer.
+pub(crate) fn read_checked<T, M, E>(
+    mut attempt: impl FnMut() -> Result<Result<T, M>, E>,
+) -> Result<Result<T, M>, E> {
+    match attempt()? {
+        Ok(v) => Ok(Ok(v)),
+        Err(_) => attempt(),
+    }
+}
+
 /// A file being written from its start, one append after another.
 ///
 /// A file may be pre-written ahead of its appends ([`FileWrite::prewrite`]):

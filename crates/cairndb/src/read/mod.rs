@@ -121,7 +121,7 @@ impl ReadView {
     /// are skipped when none can hold a version above `since` (the usual
     /// case: a transaction's snapshot is newer than the last flush).
     pub fn newest_seqno_after(&self, user_key: &[u8], since: u64) -> Result<Option<u64>> {
-        for mem in std::iter::once(&self.mem).chain(self.sealed.iter().rev()) {
+        for mem in self.memtables() {
             if let Some(s) = mem.newest_seqno(user_key) {
                 return Ok((s > since).then_some(s));
             }
@@ -129,9 +129,7 @@ impl ReadView {
         if self.table_seqno_max <= since {
             return Ok(None);
         }
-        let level0 = self.version.levels[0].iter().rev();
-        let deeper = (1..self.version.levels.len()).filter_map(|l| self.version.find(l, user_key));
-        for file in level0.filter(|f| f.covers(user_key)).chain(deeper) {
+        for file in self.tables_for(user_key) {
             let table = self.tables.get(file)?;
             if let Some((tag, _)) = table.get(user_key, crate::limits::SEQNO_MAX)? {
                 let s = key::tag_seqno(tag);
@@ -150,6 +148,20 @@ impl ReadView {
         Ok(())
     }
 
+    /// The memtables, newest first: the active one, then the sealed ones.
+    fn memtables(&self) -> impl Iterator<Item = &Arc<Memtable>> {
+        std::iter::once(&self.mem).chain(self.sealed.iter().rev())
+    }
+
+    /// The tables that may hold `user_key`, newest first: those of level 0
+    /// whose range covers it, newest first, then the one of each deeper
+    /// level whose range holds it.
+    fn tables_for<'a>(&'a self, user_key: &'a [u8]) -> impl Iterator<Item = &'a Arc<TableFile>> {
+        let level0 = self.version.levels[0].iter().rev();
+        let deeper = (1..self.version.levels.len()).filter_map(|l| self.version.find(l, user_key));
+        level0.filter(|f| f.covers(user_key)).chain(deeper)
+    }
+
     /// The value of `user_key` at `snapshot`, or `None` if absent/deleted.
     pub fn get(&self, user_key: &[u8], snapshot: u64) -> Result<Option<Vec<u8>>> {
         match self.find(user_key, snapshot)? {
@@ -164,14 +176,12 @@ impl ReadView {
     /// is returned as its encoded pointer, not read.
     pub fn find(&self, user_key: &[u8], snapshot: u64) -> Result<Option<Lookup>> {
         self.check_open()?;
-        for mem in std::iter::once(&self.mem).chain(self.sealed.iter().rev()) {
+        for mem in self.memtables() {
             if let Some(found) = mem.get(user_key, snapshot) {
                 return Ok(Some(found));
             }
         }
-        let level0 = self.version.levels[0].iter().rev();
-        let deeper = (1..self.version.levels.len()).filter_map(|l| self.version.find(l, user_key));
-        for file in level0.filter(|f| f.covers(user_key)).chain(deeper) {
+        for file in self.tables_for(user_key) {
             let table = self.tables.get(file)?;
             if let Some((tag, value)) = table.get(user_key, snapshot)? {
                 return Ok(Some(match Kind::from_u8(key::tag_kind(tag)) {

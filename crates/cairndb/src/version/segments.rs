@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock, Weak};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SegmentKind {
     Journal,
-    /// A value stream (`write/streams.rs`): one key range's separated
+    /// A value stream (`version/streams.rs`): one key range's separated
     /// values of one journal's unsynced writes.
     Stream,
     Values,
@@ -86,7 +86,7 @@ impl SegmentFile {
     }
 
     /// The handle of value stream `number`, which this process has just
-    /// created (`write/streams.rs`).
+    /// created (`version/streams.rs`).
     pub fn new_stream(reaper: &Arc<Reaper>, number: u64) -> Arc<SegmentFile> {
         let segment = SegmentFile::get(reaper, number);
         let _ = segment.kind.set(SegmentKind::Stream);
@@ -134,7 +134,7 @@ impl SegmentFile {
     /// bytes are.
     pub fn read(&self, ptr: &ValuePtr, direct: bool) -> io::Result<Option<Vec<u8>>> {
         let len = ptr.len as usize;
-        for _ in 0..2 {
+        let checked = crate::io::read_checked(|| {
             let value = if direct {
                 crate::io::read_direct(&**self.handle(&self.direct, true)?, ptr.offset, len)?
             } else {
@@ -143,11 +143,13 @@ impl SegmentFile {
                     .read_exact_at(&mut buf, ptr.offset)?;
                 buf
             };
-            if ptr.matches(&value) {
-                return Ok(Some(value));
-            }
-        }
-        Ok(None)
+            io::Result::Ok(if ptr.matches(&value) {
+                Ok(value)
+            } else {
+                Err(())
+            })
+        })?;
+        Ok(checked.ok())
     }
 
     /// Reads `len` raw bytes at `offset`, unchecked (the caller checks
