@@ -69,6 +69,29 @@ pub(super) struct Created {
     pub(super) values: Vec<u64>,
 }
 
+impl Created {
+    /// Creates a new table (`values` false) or values file, recorded
+    /// here; returns its number and writer.
+    pub(super) fn create(
+        &mut self,
+        inner: &Inner,
+        values: bool,
+    ) -> Result<(u64, Box<dyn crate::io::FileWrite>)> {
+        let number = inner.new_file_number();
+        let (path, list) = if values {
+            (files::values(&inner.dir, number), &mut self.values)
+        } else {
+            (files::table(&inner.dir, number), &mut self.tables)
+        };
+        list.push(number);
+        let file = inner
+            .fs
+            .create(&path)
+            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        Ok((number, file))
+    }
+}
+
 /// A values file being written by a compaction: values moved out of
 /// segments that are mostly dead (value GC).
 pub(super) struct ValuesOut {
@@ -115,13 +138,7 @@ impl Moves {
             .is_none_or(|o| o.bytes >= inner.opts.journal_bytes)
         {
             self.drain(inner)?;
-            let number = inner.new_file_number();
-            created.values.push(number);
-            let path = files::values(&inner.dir, number);
-            let file = inner
-                .fs
-                .create(&path)
-                .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+            let (number, file) = created.create(inner, true)?;
             self.out.push(ValuesOut {
                 number,
                 file,

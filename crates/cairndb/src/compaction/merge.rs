@@ -217,6 +217,15 @@ pub(super) fn merge_into(
     if let Some(last) = writer {
         outputs.push(finish(last, out_level)?);
     }
+    assert_eq!(
+        moved.values().sum::<u64>(),
+        moves.moved_bytes,
+        "every value moved has its place in a values file"
+    );
+    assert!(
+        settled <= moves.moved_bytes,
+        "settled values are moved values"
+    );
     make_durable(inner, moves, settled, !outputs.is_empty())?;
     Ok(Some(Merged {
         tables: outputs,
@@ -238,13 +247,8 @@ fn open_inputs(inner: &Inner, inputs: &[sync::Arc<TableFile>]) -> Result<MergeCu
 
 /// A new output table (its number recorded in `created`).
 fn new_table(inner: &Inner, created: &mut Created) -> Result<(u64, TableWriter)> {
-    let number = inner.new_file_number();
-    created.tables.push(number);
+    let (number, file) = created.create(inner, false)?;
     let path = files::table(&inner.dir, number);
-    let file = inner
-        .fs
-        .create(&path)
-        .map_err(|e| Error::io(format!("creating table {}", path.display()), e))?;
     let opts = &inner.table_opts;
     Ok((
         number,

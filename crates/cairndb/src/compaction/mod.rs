@@ -63,77 +63,111 @@ enum Work {
 }
 
 /// The compaction thread: compacts while some level is over its target,
-/// and settles values while the database is idle.
+/// reads written values back into the page cache once writes pause, and
+/// settles values while the database is idle.
 pub(crate) fn run(inner: &Inner) {
-    let mut pointer: [Vec<u8>; LEVELS] = Default::default();
-    let mut backoff = flush::RETRY_MIN;
-    // Journal bytes appended when the compaction before began.
-    let mut appended_before = inner.counters.journal_bytes.load(Ordering::Relaxed);
-    let mut settle_due = SettleDue::new(inner);
-    let mut idle = Idle::new(inner);
-    // Journal bytes last seen appended, and since when no more were.
-    let mut writes = (appended_before, Instant::now());
-    // Values read through the page cache when written values were last
-    // read back (`warm`).
-    let mut reads_at_warm = inner.policy.counts().2;
-    loop {
-        let work = {
-            let mut bg = inner.bg.lock();
-            loop {
-                if bg.shutdown {
-                    return;
-                }
-                let appended = inner.counters.journal_bytes.load(Ordering::Relaxed);
-                if appended != writes.0 {
-                    writes = (appended, Instant::now());
-                }
-                settle_due.look(inner);
-                if bg.error.is_none() {
-                    // Before a compaction: handing the read-back to a
-                    // worker takes no time here, and while writes go on a
-                    // compaction is due most of the time.
-                    let v = inner.state.read().version.clone();
-                    let reads = inner.policy.counts().2;
-                    let reading = reads.saturating_sub(reads_at_warm) >= WARM_READS;
-                    if (writes.1.elapsed() >= WARM_AFTER_QUIET || reading)
-                        && inner
-                            .to_warm
-                            .lock()
-                            .iter()
-                            .any(|n| v.segments.contains_key(n))
-                    {
-                        reads_at_warm = reads;
-                        break Work::Warm;
-                    }
-                    if scores(&v, &inner.opts, L0Triggers::now(inner).compact)
-                        .iter()
-                        .any(|s| *s >= 1.0)
-                    {
-                        break Work::Compact;
-                    }
-                    if bg.paused.is_none() && idle.due(inner, &v) {
-                        break Work::Settle;
-                    }
-                }
-                inner.bg_cv.wait_for(&mut bg, Duration::from_millis(200));
-            }
+    let mut thread = Thread::new(inner);
+    while let Some(work) = thread.next(inner) {
+        let result = {
+            let _guard = inner.compaction_lock.lock();
+            thread.work(inner, work)
         };
-        let guard = inner.compaction_lock.lock();
+        thread.done(inner, result);
+    }
+}
+
+/// What the compaction thread keeps between its jobs.
+struct Thread {
+    /// Where the next compaction of each level starts (round robin).
+    pointer: [Vec<u8>; LEVELS],
+    /// The wait before retrying work paused by a full device.
+    backoff: Duration,
+    /// Journal bytes appended when the compaction before began.
+    appended_before: u64,
+    settle_due: SettleDue,
+    idle: Idle,
+    /// Journal bytes last seen appended, and since when no more were.
+    writes: (u64, Instant),
+    /// Values read through the page cache when written values were last
+    /// read back (`warm`).
+    reads_at_warm: u64,
+}
+
+impl Thread {
+    fn new(inner: &Inner) -> Thread {
+        let appended = inner.counters.journal_bytes.load(Ordering::Relaxed);
+        Thread {
+            pointer: Default::default(),
+            backoff: flush::RETRY_MIN,
+            appended_before: appended,
+            settle_due: SettleDue::new(inner),
+            idle: Idle::new(inner),
+            writes: (appended, Instant::now()),
+            reads_at_warm: inner.policy.counts().2,
+        }
+    }
+
+    /// Waits for the next job; `None` once the database is closing.
+    fn next(&mut self, inner: &Inner) -> Option<Work> {
+        let mut bg = inner.bg.lock();
+        loop {
+            if bg.shutdown {
+                return None;
+            }
+            let appended = inner.counters.journal_bytes.load(Ordering::Relaxed);
+            if appended != self.writes.0 {
+                self.writes = (appended, Instant::now());
+            }
+            self.settle_due.look(inner);
+            if bg.error.is_none()
+                && let Some(work) = self.due(inner, bg.paused.is_none())
+            {
+                return Some(work);
+            }
+            inner.bg_cv.wait_for(&mut bg, Duration::from_millis(200));
+        }
+    }
+
+    /// The job due now, if any: a read-back first (handing it to a worker
+    /// takes no time here, and while writes go on a compaction is due
+    /// most of the time), then a compaction, then (unless background work
+    /// is paused) a settling step.
+    fn due(&mut self, inner: &Inner, unpaused: bool) -> Option<Work> {
         let v = inner.state.read().version.clone();
-        let result = match work {
+        let reads = inner.policy.counts().2;
+        let reading = reads.saturating_sub(self.reads_at_warm) >= WARM_READS;
+        if (self.writes.1.elapsed() >= WARM_AFTER_QUIET || reading)
+            && inner
+                .to_warm
+                .lock()
+                .iter()
+                .any(|n| v.segments.contains_key(n))
+        {
+            self.reads_at_warm = reads;
+            return Some(Work::Warm);
+        }
+        if scores(&v, &inner.opts, L0Triggers::now(inner).compact)
+            .iter()
+            .any(|s| *s >= 1.0)
+        {
+            return Some(Work::Compact);
+        }
+        (unpaused && self.idle.due(inner, &v)).then_some(Work::Settle)
+    }
+
+    /// Runs `work` (under the compaction lock).
+    fn work(&mut self, inner: &Inner, work: Work) -> Result<()> {
+        let v = inner.state.read().version.clone();
+        match work {
             Work::Compact => {
                 let appended = inner.counters.journal_bytes.load(Ordering::Relaxed);
                 let paced = Moving::Paced {
-                    gc: gc_allowance(&inner.opts, appended - appended_before),
-                    settle: settle_due.take(),
+                    gc: gc_allowance(&inner.opts, appended - self.appended_before),
+                    settle: self.settle_due.take(),
                 };
-                appended_before = appended;
-                match pick::pick(
-                    &v,
-                    &inner.opts,
-                    L0Triggers::now(inner).compact,
-                    &mut pointer,
-                ) {
+                self.appended_before = appended;
+                let triggers = L0Triggers::now(inner).compact;
+                match pick::pick(&v, &inner.opts, triggers, &mut self.pointer) {
                     Some(c) => compact(inner, &v, c, paced),
                     None => Ok(()),
                 }
@@ -142,18 +176,23 @@ pub(crate) fn run(inner: &Inner) {
                 warm::warm(inner);
                 Ok(())
             }
-            Work::Settle => settle_step(inner, &v, &mut idle),
-        };
-        drop(guard);
+            Work::Settle => settle_step(inner, &v, &mut self.idle),
+        }
+    }
+
+    /// After a job: a success lifts a pause; a full device pauses
+    /// background work, waiting longer each time; anything else is
+    /// sticky (`Inner::background_failed`).
+    fn done(&mut self, inner: &Inner, result: Result<()>) {
         match result {
             Ok(()) => {
-                backoff = flush::RETRY_MIN;
+                self.backoff = flush::RETRY_MIN;
                 inner.background_succeeded();
             }
             Err(e) => {
                 if inner.background_failed(e) {
-                    flush::pause(inner, backoff);
-                    backoff = (backoff * 2).min(flush::RETRY_MAX);
+                    flush::pause(inner, self.backoff);
+                    self.backoff = (self.backoff * 2).min(flush::RETRY_MAX);
                 }
             }
         }

@@ -31,7 +31,7 @@
 
 use crate::format::key::{self, Kind};
 use crate::version::segments::SegmentFile;
-use crate::write::streams::Streams;
+use crate::version::streams::Streams;
 use parking_lot::{RwLock, RwLockWriteGuard};
 use smallvec::SmallVec;
 use std::cmp::Ordering;
@@ -244,7 +244,7 @@ pub struct Memtable {
     /// point into it) for as long as the memtable is. `None` for the
     /// memtables of recovery, which nobody reads.
     segment: Option<Arc<SegmentFile>>,
-    /// The journal's value streams (`write/streams.rs`): the memtable's
+    /// The journal's value streams (`version/streams.rs`): the memtable's
     /// pointers name them too.
     streams: Option<Arc<Streams>>,
 }

@@ -111,18 +111,11 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
     replay_journals(&listing, &opts, &table_opts, &reaper, &mut rec, &new_number)?;
     listing.keep_free_journals(&reaper);
 
-    // A fresh journal (from a free file if one is kept), then a fresh
-    // manifest naming it as the floor.
-    let dir = &listing.dir;
-    let journal_number = new_number();
-    let journal_file = reaper.new_journal(journal_number).map_err(|e| {
-        let path = files::journal(dir, journal_number);
-        Error::io(format!("creating {}", path.display()), e)
-    })?;
+    let (journal_number, journal_file) = fresh_journal(&listing.dir, &reaper, &new_number)?;
     let manifest_number = new_number();
     let manifest = write_manifest(
         &*opts.fs,
-        dir,
+        &listing.dir,
         manifest_number,
         &rec.version,
         &ManifestStart {
@@ -135,14 +128,14 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
     written.keep();
     drop(written);
     listing.remove_garbage(&rec.version, journal_number, manifest_number, &opts);
-
     // The new journal's value streams: one, until a sealed journal's
     // keys show where to cut.
     let streams = (opts.value_partitions > 0).then(|| {
-        Arc::new(crate::write::streams::Streams::new(
+        let first = new_number();
+        Arc::new(crate::version::streams::Streams::new(
             &reaper,
             journal_number,
-            new_number(),
+            first,
             Vec::new(),
         ))
     });
@@ -171,6 +164,22 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
         blocks,
         opts,
     })
+}
+
+/// A fresh journal for the open's writes (from a free file if one is
+/// kept), numbered by `new_number`: the floor of the manifest written
+/// next.
+fn fresh_journal(
+    dir: &Path,
+    reaper: &Arc<Reaper>,
+    new_number: &dyn Fn() -> u64,
+) -> Result<(u64, Box<dyn crate::io::FileWrite>)> {
+    let number = new_number();
+    let file = reaper.new_journal(number).map_err(|e| {
+        let path = files::journal(dir, number);
+        Error::io(format!("creating {}", path.display()), e)
+    })?;
+    Ok((number, file))
 }
 
 /// The database directory as an open found it: locked, and its files
@@ -395,38 +404,6 @@ fn replay_journals(
     new_number: &dyn Fn() -> u64,
 ) -> Result<()> {
     let (fs, dir) = (&*listing.fs, &listing.dir);
-    let mut journals: Vec<u64> = listing
-        .kinds
-        .iter()
-        .filter_map(|k| match k {
-            FileKind::Journal(n) if *n >= rec.journal_floor => Some(*n),
-            _ => None,
-        })
-        .collect();
-    journals.sort_unstable();
-    // A journal may end torn only if no later journal holds a write: a
-    // journal is synced before the next is started, but the next may have
-    // been created empty just before a crash (while sealing, or while
-    // opening), with nothing written after the torn record.
-    let mut holds_writes = Vec::with_capacity(journals.len());
-    for &n in &journals {
-        holds_writes.push(journal_holds_record(
-            fs,
-            &files::journal(dir, n),
-            rec.framing(n),
-        )?);
-    }
-    if let Some((closed, len)) = rec.clean_close
-        && len > 0
-        && closed >= rec.journal_floor
-        && !journals.contains(&closed)
-    {
-        return Err(Error::corruption(
-            files::journal(dir, closed),
-            0,
-            format!("the journal a clean close left {len} bytes long is missing"),
-        ));
-    }
     let replay = Replay {
         fs,
         dir,
@@ -436,24 +413,7 @@ fn replay_journals(
     };
     let mut mem = Memtable::new(0);
     let mut added = Edit::default();
-    for (i, &n) in journals.iter().enumerate() {
-        // After a clean close nothing was in flight: every journal up to
-        // the one it closed is whole, that one exactly as long as the
-        // close found it, and none after it holds a write. Damage
-        // anywhere is then reported, never cut as a torn tail.
-        let end = match rec.clean_close {
-            None => End::MayBeTorn(!holds_writes.iter().skip(i + 1).any(|&w| w)),
-            Some((closed, len)) if n == closed => End::Closed(len),
-            Some((closed, _)) if n < closed => End::MayBeTorn(false),
-            Some(_) if holds_writes.get(i) == Some(&true) => {
-                return Err(Error::corruption(
-                    files::journal(dir, n),
-                    0,
-                    "journal after the one a clean close ended holds writes",
-                ));
-            }
-            Some(_) => continue,
-        };
+    for (n, end) in journals_to_replay(listing, rec)? {
         let framing = rec.framing(n);
         replay.journal(n, framing, end, &mut rec.last_seqno, &mut mem, &mut |mem| {
             flush_during_open(fs, dir, new_number(), mem, table_opts, &mut added)
@@ -472,7 +432,7 @@ fn replay_journals(
     Ok(())
 }
 
-/// How a replayed journal may end (see the replay loop in `open`).
+/// How a replayed journal may end (`journals_to_replay`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum End {
     /// Without a clean close: true if no later journal holds a write, so
@@ -598,6 +558,39 @@ pub(crate) fn manifest_continues(kind: RecordKind, payload: &[u8], _: &[log::Rec
 }
 
 fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recovered> {
+    let (path, data) = read_current_manifest(fs, dir)?;
+    let scan = log::scan(&data, manifest_continues);
+    if let Tail::Damaged { offset } = scan.tail {
+        return Err(Error::corruption(&path, offset, "damaged manifest record"));
+    }
+    if scan.records.is_empty() {
+        return Err(Error::corruption(&path, 0, "manifest holds no intact edit"));
+    }
+    let mut rec = Recovered {
+        version: Version::default(),
+        journal_floor: 0,
+        next_file: 1,
+        last_seqno: 0,
+        format: 0,
+        db_id: None,
+        clean_close: None,
+    };
+    for (i, (offset, kind, payload)) in scan.records.iter().enumerate() {
+        let bad = |d: String| Error::corruption(&path, *offset, d);
+        if *kind != RecordKind::Edit {
+            return Err(bad("manifest holds a non-edit record".into()));
+        }
+        let edit = Edit::decode(payload).map_err(bad)?;
+        rec.replay(i == 0, &edit, reaper).map_err(bad)?;
+    }
+    rec.version
+        .check()
+        .map_err(|d| Error::corruption(&path, 0, d))?;
+    Ok(rec)
+}
+
+/// The path and bytes of the manifest CURRENT names.
+fn read_current_manifest(fs: &dyn Fs, dir: &Path) -> Result<(PathBuf, Vec<u8>)> {
     let current = files::current(dir);
     let text = read_settled(fs, &current, |t| files::parse_current(t).is_some())
         .map_err(|e| Error::io("reading CURRENT", e))?;
@@ -623,67 +616,54 @@ fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recove
             Error::io(format!("reading manifest {}", path.display()), e)
         }
     })?;
-    let scan = log::scan(&data, manifest_continues);
-    if let Tail::Damaged { offset } = scan.tail {
-        return Err(Error::corruption(&path, offset, "damaged manifest record"));
-    }
-    let mut rec = Recovered {
-        version: Version::default(),
-        journal_floor: 0,
-        next_file: 1,
-        last_seqno: 0,
-        format: 0,
-        db_id: None,
-        clean_close: None,
-    };
-    for (i, (offset, kind, payload)) in scan.records.iter().enumerate() {
-        let bad = |d: String| Error::corruption(&path, *offset, d);
-        if *kind != RecordKind::Edit {
-            return Err(bad("manifest holds a non-edit record".into()));
-        }
-        let edit = Edit::decode(payload).map_err(bad)?;
-        if i == 0 {
+    Ok((path, data))
+}
+
+impl Recovered {
+    /// Replays one intact edit of the manifest (`first`: its first, which
+    /// names the format and, from format 4, the database's identity).
+    fn replay(
+        &mut self,
+        first: bool,
+        edit: &Edit,
+        reaper: &Arc<Reaper>,
+    ) -> std::result::Result<(), String> {
+        if first {
             match edit.format {
-                Some(f) if (MANIFEST_FORMAT_MIN..=MANIFEST_FORMAT).contains(&f) => rec.format = f,
+                Some(f) if (MANIFEST_FORMAT_MIN..=MANIFEST_FORMAT).contains(&f) => self.format = f,
                 other => {
-                    return Err(bad(format!(
+                    return Err(format!(
                         "unsupported manifest format {other:?} (this build reads {MANIFEST_FORMAT_MIN}..={MANIFEST_FORMAT})",
-                    )));
+                    ));
                 }
             }
-            if rec.format >= MANIFEST_FORMAT_IDENTIFIED {
-                rec.db_id = Some(edit.db_id.ok_or_else(|| {
-                    bad("manifest of format 4 or later names no database identity".into())
+            if self.format >= MANIFEST_FORMAT_IDENTIFIED {
+                self.db_id = Some(edit.db_id.ok_or_else(|| {
+                    "manifest of format 4 or later names no database identity".to_string()
                 })?);
             }
         } else if edit.db_id.is_some() {
-            return Err(bad("database identity in an edit after the first".into()));
+            return Err("database identity in an edit after the first".into());
         }
         // A clean close is the last edit its handle writes: it holds only
         // if nothing follows it.
-        rec.clean_close = edit.clean_close;
-        let (v, _) = rec.version.apply(&edit, reaper).map_err(bad)?;
-        rec.version = v;
+        self.clean_close = edit.clean_close;
+        let (v, _) = self.version.apply(edit, reaper)?;
+        self.version = v;
         if let Some(j) = edit.journal {
-            rec.journal_floor = rec.journal_floor.max(j);
+            self.journal_floor = self.journal_floor.max(j);
         }
         if let Some(n) = edit.next_file {
-            rec.next_file = rec.next_file.max(n);
+            self.next_file = self.next_file.max(n);
         }
         if let Some(s) = edit.last_seqno {
             if s > SEQNO_MAX {
-                return Err(bad(format!("last seqno {s} is past SEQNO_MAX")));
+                return Err(format!("last seqno {s} is past SEQNO_MAX"));
             }
-            rec.last_seqno = rec.last_seqno.max(s);
+            self.last_seqno = self.last_seqno.max(s);
         }
+        Ok(())
     }
-    if scan.records.is_empty() {
-        return Err(Error::corruption(&path, 0, "manifest holds no intact edit"));
-    }
-    rec.version
-        .check()
-        .map_err(|d| Error::corruption(&path, 0, d))?;
-    Ok(rec)
 }
 
 /// Every table and value segment the manifest names, and the journal at
@@ -745,6 +725,68 @@ fn journal_holds_record(fs: &dyn Fs, path: &Path, framing: Framing) -> Result<bo
     Ok(log::starts_with_record(&record, framing))
 }
 
+/// The journals to replay, in order, each with how it may end. Every
+/// journal at or above the manifest's floor, but after a clean close
+/// (nothing was in flight) none past the one it closed, which must then
+/// hold writes no more than it did. A journal may end torn only if no
+/// later journal holds a write: a journal is synced before the next is
+/// started, but the next may have been created empty just before a crash
+/// (while sealing, or while opening), with nothing written after the torn
+/// record.
+fn journals_to_replay(listing: &Listing, rec: &Recovered) -> Result<Vec<(u64, End)>> {
+    let (fs, dir) = (&*listing.fs, &listing.dir);
+    let mut journals: Vec<u64> = listing
+        .kinds
+        .iter()
+        .filter_map(|k| match k {
+            FileKind::Journal(n) if *n >= rec.journal_floor => Some(*n),
+            _ => None,
+        })
+        .collect();
+    journals.sort_unstable();
+    let mut holds_writes = Vec::with_capacity(journals.len());
+    for &n in &journals {
+        holds_writes.push(journal_holds_record(
+            fs,
+            &files::journal(dir, n),
+            rec.framing(n),
+        )?);
+    }
+    if let Some((closed, len)) = rec.clean_close
+        && len > 0
+        && closed >= rec.journal_floor
+        && !journals.contains(&closed)
+    {
+        return Err(Error::corruption(
+            files::journal(dir, closed),
+            0,
+            format!("the journal a clean close left {len} bytes long is missing"),
+        ));
+    }
+    let mut ends = Vec::with_capacity(journals.len());
+    for (i, &n) in journals.iter().enumerate() {
+        // After a clean close nothing was in flight: every journal up to
+        // the one it closed is whole, that one exactly as long as the
+        // close found it, and none after it holds a write. Damage
+        // anywhere is then reported, never cut as a torn tail.
+        let end = match rec.clean_close {
+            None => End::MayBeTorn(!holds_writes.iter().skip(i + 1).any(|&w| w)),
+            Some((closed, len)) if n == closed => End::Closed(len),
+            Some((closed, _)) if n < closed => End::MayBeTorn(false),
+            Some(_) if holds_writes.get(i) == Some(&true) => {
+                return Err(Error::corruption(
+                    files::journal(dir, n),
+                    0,
+                    "journal after the one a clean close ended holds writes",
+                ));
+            }
+            Some(_) => continue,
+        };
+        ends.push((n, end));
+    }
+    Ok(ends)
+}
+
 /// How journals are replayed into a memtable (`replay_journals`).
 struct Replay<'a> {
     fs: &'a dyn Fs,
@@ -786,9 +828,9 @@ impl Replay<'_> {
             };
             let batch = batch_codec::decode(payload).map_err(bad)?;
             let last = self.check_seqnos(&batch, *last_seqno).map_err(bad)?;
-            // `payload` borrows from `data`, the whole file: its distance
-            // from the start is its offset in the journal.
-            let at = (payload.as_ptr() as usize - data.as_ptr() as usize) as u64;
+            let Some(at) = log::offset_in(&data, payload) else {
+                unreachable!("a record's payload is a slice of its file");
+            };
             let synced = last <= vouched;
             let place = synced.then_some((at, &rule));
             // Values in value streams: a synced record's stay there (the
@@ -969,7 +1011,7 @@ fn vouched(records: &[log::Record<'_>], may_be_torn: bool) -> u64 {
         .unwrap_or(0)
 }
 
-/// The value streams replay reads (`write/streams.rs`), opened once each.
+/// The value streams replay reads (`version/streams.rs`), opened once each.
 #[derive(Default)]
 struct StreamFiles {
     open: std::collections::HashMap<u64, Option<Arc<dyn crate::io::FileRead>>>,
@@ -1051,25 +1093,18 @@ impl StreamFiles {
             let file = self.get(fs, dir, ptr.segment)?.ok_or_else(absent)?;
             let mut value = vec![0u8; ptr.len as usize];
             // A value that does not match is read once more before it
-            // counts as absent, as `SegmentFile::read` does: a bit flipped
-            // on the way from the device is not a torn tail, and taking it
-            // for one would drop every later record of the journal.
-            let mut tries = 0;
-            loop {
-                tries += 1;
-                match file.read_exact_at(&mut value, ptr.offset) {
-                    Ok(()) if ptr.matches(&value) => break,
-                    Ok(()) if tries < 2 => continue,
-                    Ok(()) => return Err(absent()),
-                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                        return Err(absent());
-                    }
-                    Err(e) => {
-                        let what = format!("reading value stream {}", ptr.segment);
-                        return Err(StreamMiss::Io(Error::io(what, e)));
-                    }
+            // counts as absent (`io::read_checked`): taking a bit flipped
+            // on the way from the device for a torn tail would drop every
+            // later record of the journal.
+            io::read_checked(|| match file.read_exact_at(&mut value, ptr.offset) {
+                Ok(()) => Ok(if ptr.matches(&value) { Ok(()) } else { Err(()) }),
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(absent()),
+                Err(e) => {
+                    let what = format!("reading value stream {}", ptr.segment);
+                    Err(StreamMiss::Io(Error::io(what, e)))
                 }
-            }
+            })?
+            .map_err(|()| absent())?;
             batch_codec::push_op(&mut rep, Kind::Put, op.key, &value);
         }
         batch_codec::set_count(&mut rep, batch.ops.len() as u32);
@@ -1154,7 +1189,10 @@ fn with_staged_tail(
                     break;
                 };
                 next = after;
-                keep = payload.as_ptr() as usize - tail.as_ptr() as usize + payload.len();
+                let Some(at) = log::offset_in(&tail, payload) else {
+                    break;
+                };
+                keep = at as usize + payload.len();
             }
             _ => break,
         }

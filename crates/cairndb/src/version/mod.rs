@@ -15,6 +15,7 @@
 
 pub mod files;
 pub mod segments;
+pub mod streams;
 
 use crate::format::key;
 use crate::format::manifest::{Edit, TableRecord};

@@ -11,10 +11,10 @@
 //! poisons the handle too. A full device met before anything was
 //! appended (reserving blocks, writing zeros ahead) poisons nothing.
 
-use super::streams::Streams;
 use crate::error::{Error, Result};
 use crate::io::FileWrite;
 use crate::txn::recent::RecentWrites;
+use crate::version::streams::Streams;
 use std::io;
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -21,7 +21,6 @@ pub(crate) mod manifest;
 pub(crate) mod queue;
 #[cfg(all(test, loom))]
 mod seqno_model;
-pub(crate) mod streams;
 
 use crate::engine::Inner;
 use crate::error::{Error, Result};
@@ -36,6 +35,7 @@ use crate::txn::Validation;
 use crate::txn::recent::RecentWrites;
 use crate::version::files;
 use crate::version::segments::SegmentFile;
+use crate::version::streams::Streams;
 use batch::WriteBatch;
 use journal::Journal;
 use queue::Turn;
@@ -51,7 +51,7 @@ pub(crate) struct Pending {
     /// The batch with its large values in value streams: (the journal
     /// whose streams hold them, the batch with pointer ops in their
     /// place). Committed in that journal only; in a later one `rep`
-    /// goes, values inline (`write/streams.rs`).
+    /// goes, values inline (`version/streams.rs`).
     placed: Option<(u64, Vec<u8>)>,
     count: u32,
     sync: bool,
@@ -121,11 +121,8 @@ pub(crate) fn insert_batch(
         }
         match place {
             Some((at, rule)) if op.kind == Kind::Put && op.value.len() >= rule.min => {
-                // `op.value` borrows from `rep`, so its distance from
-                // `rep`'s start is its offset within the payload.
-                let within = op.value.as_ptr() as usize - rep.as_ptr() as usize;
                 ptr.clear();
-                ValuePtr::to(rule.segment, at + within as u64, op.value).encode(&mut ptr);
+                ValuePtr::to(rule.segment, at + op.value_at as u64, op.value).encode(&mut ptr);
                 mem.insert(op.key, seqno, Kind::Pointer, &ptr);
             }
             _ => mem.insert(op.key, seqno, op.kind, op.value),
@@ -662,6 +659,10 @@ impl Inner {
             if mem_bytes < self.opts.memtable_bytes {
                 return Ok(());
             }
+            assert!(
+                sealed < self.opts.memtables_sealed_max,
+                "a full memtable is sealed only with room for it ({sealed} sealed)"
+            );
             self.seal_memtable()?;
         }
     }
@@ -673,8 +674,8 @@ impl Inner {
     pub(crate) fn new_streams(
         &self,
         journal: u64,
-        before: Option<&streams::Streams>,
-    ) -> Option<Arc<streams::Streams>> {
+        before: Option<&Streams>,
+    ) -> Option<Arc<Streams>> {
         let partitions = self.opts.value_partitions;
         if partitions == 0 {
             return None;
@@ -682,12 +683,7 @@ impl Inner {
         let bounds = before.map_or_else(Vec::new, |b| b.next_bounds(partitions));
         let count = bounds.len() as u64 + 1;
         let first = self.next_file.fetch_add(count, Ordering::SeqCst);
-        Some(Arc::new(streams::Streams::new(
-            &self.reaper,
-            journal,
-            first,
-            bounds,
-        )))
+        Some(Arc::new(Streams::new(&self.reaper, journal, first, bounds)))
     }
 
     fn stall(&self) {
