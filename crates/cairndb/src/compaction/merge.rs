@@ -271,7 +271,7 @@ fn value_to_move(
     moves: &Moves,
     settled: u64,
     stored: &[u8],
-) -> Option<(ValuePtr, sync::Arc<SegmentFile>, bool)> {
+) -> Option<(ValuePtr, std::sync::Arc<SegmentFile>, bool)> {
     let gc = inner.opts.value_gc_live_ratio;
     let collected = moves.moved_bytes - settled;
     if gc <= 0.0 || !(moving.may_collect(collected) || moving.may_settle(settled)) {

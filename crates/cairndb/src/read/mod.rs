@@ -156,7 +156,10 @@ impl ReadView {
     /// The tables that may hold `user_key`, newest first: those of level 0
     /// whose range covers it, newest first, then the one of each deeper
     /// level whose range holds it.
-    fn tables_for<'a>(&'a self, user_key: &'a [u8]) -> impl Iterator<Item = &'a Arc<TableFile>> {
+    fn tables_for<'a>(
+        &'a self,
+        user_key: &'a [u8],
+    ) -> impl Iterator<Item = &'a crate::sync::Arc<TableFile>> {
         let level0 = self.version.levels[0].iter().rev();
         let deeper = (1..self.version.levels.len()).filter_map(|l| self.version.find(l, user_key));
         level0.filter(|f| f.covers(user_key)).chain(deeper)
