@@ -1045,7 +1045,8 @@ fn write_table(entries: &Entries, opts: &TableOptions) -> Vec<u8> {
 /// 2 and 3, the rest describes table options, entries and optionally one
 /// changed byte: the entries are written with `TableWriter` and read back
 /// exactly, or (damaged) each read path gives the exact answer or
-/// `Corruption`. Bit 7 of the first byte puts a block cache under the
+/// `Corruption`; bits 4 and 5 pick the data blocks' compression (none,
+/// LZ4, Zstandard). Bit 7 of the first byte puts a block cache under the
 /// table. Returns the number of entries read.
 pub fn table(data: &[u8]) -> usize {
     let mut input = Input::new(data);
@@ -1063,6 +1064,11 @@ pub fn table(data: &[u8]) -> usize {
                 block_size: 64 + usize::from(input.u8()) * 4,
                 restart_interval: 1 + usize::from(input.u8() % 8),
                 filter: mode & 0x40 == 0,
+                compression: match (mode >> 4) & 3 {
+                    1 => crate::options::Compression::Lz4,
+                    2 => crate::options::Compression::Zstd(1),
+                    _ => crate::options::Compression::None,
+                },
                 db_id: 0,
             };
             let damage = input.u8();

@@ -53,7 +53,7 @@ pub use error::{Error, Result};
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use options::Sabotage;
-pub use options::{Options, ValueReads, WriteOptions};
+pub use options::{Compression, Options, ValueReads, WriteOptions};
 pub use read::iter::{Iter, KeyValue};
 pub use txn::{Isolation, Transaction, TxnIter};
 pub use write::batch::WriteBatch;

@@ -54,6 +54,10 @@ pub struct Options {
     pub block_restart_interval: usize,
     /// Build a filter per table (BinaryFuse8; docs/filters.md).
     pub filter: bool,
+    /// How tables' data blocks are compressed (default: not at all). A
+    /// block that would not shrink by an eighth is stored as it is, and
+    /// the block cache holds blocks decompressed.
+    pub compression: Compression,
     /// Target size of a table written by compaction.
     pub table_bytes: u64,
     /// Level 0 tables that start a compaction.
@@ -245,6 +249,18 @@ macro_rules! sabotaged {
 }
 pub(crate) use sabotaged;
 
+/// How tables' data blocks are compressed (`Options::compression`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Compression {
+    /// Stored as they are.
+    #[default]
+    None,
+    /// LZ4 (block format): fast, about 2:1 on text-like data.
+    Lz4,
+    /// Zstandard at the given level (1..=22): smaller, slower to write.
+    Zstd(i32),
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options::with_memory_budget(256 << 20)
@@ -276,6 +292,7 @@ impl Options {
             block_bytes: 4096,
             block_restart_interval: 16,
             filter: true,
+            compression: Compression::None,
             table_bytes: 32 << 20,
             l0_compaction_trigger: 4,
             l0_compaction_trigger_new_keys: 16,
@@ -330,6 +347,11 @@ impl Options {
         }
         if self.memtables_sealed_max == 0 {
             return bad("memtables_sealed_max must be >= 1");
+        }
+        if let Compression::Zstd(level) = self.compression
+            && !(1..=22).contains(&level)
+        {
+            return bad("a Zstandard compression level must be in 1..=22");
         }
         if self.block_bytes < 64 || self.block_bytes > (64 << 20) {
             return bad("block_bytes must be in 64 B ..= 64 MiB");

@@ -26,10 +26,12 @@ use crate::limits::LEVELS;
 /// 9 (the database's identity, which seeds its journals' framing and is
 /// written into its tables) and 10 (clean close). Format 5 adds no field
 /// but says journal batches may hold pointer ops into value streams
-/// (`NNNNNN.stream`), which an older build would read as damage. Formats 1
-/// to 4 are read as they are, their journals with the framing of their
-/// format.
-pub const MANIFEST_FORMAT: u64 = 5;
+/// (`NNNNNN.stream`), which an older build would read as damage. Format 6
+/// adds no field but says tables may be of table version 4 (compressed
+/// data blocks), which an older build would take for damaged tables.
+/// Formats 1 to 5 are read as they are, their journals with the framing
+/// of their format.
+pub const MANIFEST_FORMAT: u64 = 6;
 /// First manifest format whose journals use the numbered framing.
 pub const MANIFEST_FORMAT_NUMBERED_JOURNALS: u64 = 3;
 /// First manifest format that names the database's identity (tag 9,
@@ -259,8 +261,8 @@ mod examples {
         encode_record(&mut rec, RecordKind::Edit, &first.encode());
         assert_eq!(
             hex(&rec),
-            "5c 9d 97 3a 12 00 00 00 3f dd d7 74 02 00 00 00 \
-             01 05 02 02 03 04 04 00 09 ef 9b af cd f8 ac d1 91 01"
+            "1a 7c 80 de 12 00 00 00 15 1d 1a be 02 00 00 00 \
+             01 06 02 02 03 04 04 00 09 ef 9b af cd f8 ac d1 91 01"
         );
         let key = |k: &[u8]| {
             let mut v = k.to_vec();

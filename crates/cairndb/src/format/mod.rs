@@ -12,6 +12,7 @@
 pub mod batch;
 pub mod block;
 pub mod coding;
+pub mod compress;
 pub mod filter;
 pub mod key;
 pub mod log;

@@ -33,10 +33,12 @@ use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::format::block::{Block, BlockBuilder, BlockIter, Decoded, KeyWords, Malformed};
 use crate::format::coding::{Reader, crc2, put_bytes, put_varint};
+use crate::format::compress::{self, BLOCK_TYPE_LZ4, BLOCK_TYPE_ZSTD};
 use crate::format::filter::{self, FilterKind, TableFilter};
 use crate::format::key::{self, TAG_LEN};
 use crate::io::{FileRead, FileWrite};
 use crate::limits::{BLOCK_LEN_MAX, SEQNO_MAX};
+use crate::options::Compression;
 use std::cmp::Ordering;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -47,7 +49,9 @@ use std::sync::Arc;
 /// tables never do and are read as they are. Version 3 properties name
 /// the database and the file number the table was written as (fields 7
 /// and 8), so a table under a name it was not written as is found out.
-pub const TABLE_VERSION: u32 = 3;
+/// Version 4 data blocks may be compressed (block types 1 and 2,
+/// `format/compress.rs`); its other bytes are as in version 3.
+pub const TABLE_VERSION: u32 = 4;
 /// First table version whose properties name their owner.
 pub const TABLE_VERSION_OWNED: u32 = 3;
 /// Oldest table version this build reads.
@@ -58,9 +62,7 @@ pub const TABLE_MAGIC: [u8; 8] = *b"CAIRNTB1";
 pub const FOOTER_LEN: usize = 64;
 /// Length of the trailer after every block.
 pub const TRAILER_LEN: usize = 5;
-/// Block type byte: stored uncompressed. Persisted; other values are
-/// reserved for compression.
-pub const BLOCK_TYPE_RAW: u8 = 0;
+pub use super::compress::BLOCK_TYPE_RAW;
 
 /// How a table is written.
 #[derive(Debug, Clone)]
@@ -71,6 +73,8 @@ pub struct TableOptions {
     pub restart_interval: usize,
     /// Whether to build a key filter.
     pub filter: bool,
+    /// How data blocks are compressed (`format/compress.rs`).
+    pub compression: Compression,
     /// The database's identity, written into every table with its number
     /// (`TableWriter::owned_by`); 0 outside a database (unit tests).
     pub db_id: u64,
@@ -82,6 +86,7 @@ impl Default for TableOptions {
             block_size: 4096,
             restart_interval: 16,
             filter: true,
+            compression: Compression::None,
             db_id: 0,
         }
     }
@@ -121,6 +126,9 @@ pub struct TableWriter {
     path: PathBuf,
     block_size: usize,
     filter: bool,
+    compression: Compression,
+    /// Scratch for a data block's compressed bytes.
+    packed: Vec<u8>,
     offset: u64,
     data: BlockBuilder,
     index: BlockBuilder,
@@ -146,6 +154,8 @@ impl TableWriter {
             path,
             block_size: opts.block_size.max(1),
             filter: opts.filter,
+            compression: opts.compression,
+            packed: Vec::new(),
             offset,
             data: BlockBuilder::new(opts.restart_interval),
             index: BlockBuilder::new(1),
@@ -290,7 +300,15 @@ impl TableWriter {
             return Ok(());
         }
         let bytes = self.data.finish();
-        let h = self.write_block(&bytes)?;
+        let mut packed = std::mem::take(&mut self.packed);
+        let ty = compress::compress(self.compression, &bytes, &mut packed);
+        let h = if ty == BLOCK_TYPE_RAW {
+            self.write_block(&bytes)
+        } else {
+            self.write_typed_block(&packed, ty)
+        };
+        self.packed = packed;
+        let h = h?;
         let mut handle = Vec::with_capacity(20);
         put_varint(&mut handle, h.offset);
         put_varint(&mut handle, h.size);
@@ -300,6 +318,11 @@ impl TableWriter {
     }
 
     fn write_block(&mut self, contents: &[u8]) -> Result<BlockHandle> {
+        self.write_typed_block(contents, BLOCK_TYPE_RAW)
+    }
+
+    /// Appends `contents` with a trailer naming its type `block_type`.
+    fn write_typed_block(&mut self, contents: &[u8], block_type: u8) -> Result<BlockHandle> {
         assert!(
             contents.len() <= BLOCK_LEN_MAX,
             "block exceeds BLOCK_LEN_MAX"
@@ -308,10 +331,10 @@ impl TableWriter {
             offset: self.offset,
             size: contents.len() as u64,
         };
-        let crc = crc2(contents, &[BLOCK_TYPE_RAW]);
+        let crc = crc2(contents, &[block_type]);
         let mut trailer = [0u8; TRAILER_LEN];
         let (ty, crc_bytes) = trailer.split_at_mut(1);
-        ty.copy_from_slice(&[BLOCK_TYPE_RAW]);
+        ty.copy_from_slice(&[block_type]);
         crc_bytes.copy_from_slice(&crc.to_le_bytes());
         self.append(contents)?;
         self.append(&trailer)?;
@@ -482,12 +505,15 @@ fn read_block_bytes(
         usize::try_from(handle.size).map_err(|_| corrupt(format!("{what} block too large")))?;
     let mut buf = vec![0u8; size + TRAILER_LEN];
     // A checksum mismatch is read once more (`io::read_checked`).
-    crate::io::read_checked(|| {
+    let ty = crate::io::read_checked(|| {
         read_exact(file, path, &mut buf, handle, what)?;
         Ok(check_block(&buf, size, what, &corrupt))
     })??;
     buf.truncate(size);
-    Ok(buf)
+    if ty == BLOCK_TYPE_RAW {
+        return Ok(buf);
+    }
+    compress::decompress(ty, &buf).map_err(|d| corrupt(format!("{what} block: {d}")))
 }
 
 /// Reads the block and trailer `handle` names into `buf`.
@@ -515,13 +541,14 @@ fn read_exact(
     })
 }
 
-/// Checks the trailer of a block read into `buf` (`size` body bytes).
+/// Checks the trailer of a block read into `buf` (`size` body bytes);
+/// returns its type byte: raw, or (data blocks only) a compression codec.
 fn check_block(
     buf: &[u8],
     size: usize,
     what: &str,
     corrupt: &dyn Fn(String) -> Error,
-) -> Result<()> {
+) -> Result<u8> {
     let (body, trailer) = buf.split_at(size);
     let mut r = Reader::new(trailer);
     let ty = r
@@ -533,10 +560,11 @@ fn check_block(
     if crc2(body, &[ty]) != stored {
         return Err(corrupt(format!("{what} block checksum mismatch")));
     }
-    if ty != BLOCK_TYPE_RAW {
+    let compressed = ty == BLOCK_TYPE_LZ4 || ty == BLOCK_TYPE_ZSTD;
+    if ty != BLOCK_TYPE_RAW && !(compressed && what == "data") {
         return Err(corrupt(format!("{what} block has unknown type {ty}")));
     }
-    Ok(())
+    Ok(ty)
 }
 
 fn read_handle(r: &mut Reader<'_>) -> Option<BlockHandle> {
@@ -1123,7 +1151,8 @@ mod tests {
         let mut last_est = 0;
         for (k, v) in m {
             w.add(k, v).unwrap();
-            assert!(w.estimated_size() >= last_est);
+            // A compressed block takes less room than its estimate did.
+            assert!(opts.compression != Compression::None || w.estimated_size() >= last_est);
             last_est = w.estimated_size();
         }
         assert_eq!(w.entries(), m.len() as u64);
@@ -1160,13 +1189,19 @@ mod tests {
                 block_size: 64,
                 restart_interval: 1,
                 filter: false,
+                compression: Compression::Lz4,
                 db_id: 0,
             },
             TableOptions {
                 block_size: 1000,
                 restart_interval: 3,
                 filter: true,
+                compression: Compression::Zstd(3),
                 db_id: 0,
+            },
+            TableOptions {
+                compression: Compression::Lz4,
+                ..TableOptions::default()
             },
         ]
     }
@@ -1265,6 +1300,7 @@ mod tests {
             block_size: 64,
             restart_interval: 1,
             filter: false,
+            compression: Compression::None,
             db_id: 0,
         };
         let fs = MemFs::new();
@@ -1313,6 +1349,7 @@ mod tests {
                 block_size: 256,
                 restart_interval: 4,
                 filter: true,
+                compression: Compression::None,
                 db_id: 0,
             },
         );
@@ -1417,6 +1454,7 @@ mod tests {
                 block_size: 100,
                 restart_interval: 2,
                 filter: true,
+                compression: Compression::None,
                 db_id: 0,
             },
         );
@@ -1551,8 +1589,8 @@ mod tests {
         assert!(detail(b).contains("not a CairnDB table"));
         let mut b = bytes.clone();
         let v = b.len() - 16;
-        b[v] = 4;
-        assert!(detail(b).contains("unsupported table version 4"));
+        b[v] = 5;
+        assert!(detail(b).contains("unsupported table version 5"));
         let mut b = bytes.clone();
         let c = b.len() - 12;
         b[c] ^= 1;
@@ -1595,9 +1633,9 @@ mod tests {
             000a01616200000000000002017801 09 00630000000000000100 00000000 01000000 0016bb8692\
             00 009acd2892\
             000a02616300000000000001000022 00000000 01000000 006d9a1d1e\
-            03 02 01 00 0a61620000000000000201 0a61630000000000000100 00 00 003c6a49e7\
+            04 02 01 00 0a61620000000000000201 0a61630000000000000100 00 00 00abd1781f\
             2d00000000000000 1700000000000000 2700000000000000 0100000000000000\
-            4900000000000000 1c00000000000000 03000000 0814ce62 434149524e544231";
+            4900000000000000 1c00000000000000 04000000 09066254 434149524e544231";
         let golden: Vec<u8> = golden
             .chars()
             .filter(char::is_ascii_hexdigit)

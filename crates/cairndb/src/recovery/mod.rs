@@ -103,6 +103,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
         block_size: opts.block_bytes,
         restart_interval: opts.block_restart_interval,
         filter: opts.filter,
+        compression: opts.compression,
         db_id,
     };
     let next_file = AtomicU64::new(listing.next_file(&rec)?);
