@@ -28,7 +28,7 @@ pub const COMPRESSED_RAW_MAX: usize = 16 << 20;
 /// compression is off, failed, or would not save an eighth of `raw`.
 pub fn compress(how: Compression, raw: &[u8], out: &mut Vec<u8>) -> u8 {
     out.clear();
-    if raw.len() > COMPRESSED_RAW_MAX || raw.is_empty() {
+    if how == Compression::None || raw.len() > COMPRESSED_RAW_MAX || raw.is_empty() {
         return BLOCK_TYPE_RAW;
     }
     put_varint(out, raw.len() as u64);
