@@ -3,6 +3,7 @@
 
 use crate::engine::Inner;
 use crate::error::{Error, Result};
+use crate::keyspace::{DEFAULT_ID, Keyspace};
 use crate::options::{Options, WriteOptions};
 use crate::read::iter::{Iter, prefix_successor};
 use crate::write::batch::{WriteBatch, check_key};
@@ -61,7 +62,7 @@ impl std::fmt::Debug for Db {
     }
 }
 
-fn owned_bound<K: AsRef<[u8]>>(b: Bound<&K>) -> Bound<Vec<u8>> {
+pub(crate) fn owned_bound<K: AsRef<[u8]>>(b: Bound<&K>) -> Bound<Vec<u8>> {
     match b {
         Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
         Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
@@ -69,12 +70,42 @@ fn owned_bound<K: AsRef<[u8]>>(b: Bound<&K>) -> Bound<Vec<u8>> {
     }
 }
 
-fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+pub(crate) fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     let upper = match prefix_successor(prefix) {
         Some(s) => Bound::Excluded(s),
         None => Bound::Unbounded,
     };
     (Bound::Included(prefix.to_vec()), upper)
+}
+
+/// `Db::multi_get` and `Keyspace::multi_get`: the values of `keys` of
+/// `keyspace` in `view` at `seqno`, an invalid key failing only its own
+/// result.
+pub(crate) fn multi_get<K: AsRef<[u8]>>(
+    view: &crate::read::ReadView,
+    keyspace: u32,
+    seqno: u64,
+    keys: &[K],
+) -> Vec<Result<Option<Vec<u8>>>> {
+    let mut out: Vec<Option<Result<Option<Vec<u8>>>>> = Vec::with_capacity(keys.len());
+    let mut valid: Vec<&[u8]> = Vec::with_capacity(keys.len());
+    for k in keys {
+        let k = k.as_ref();
+        match check_key(k) {
+            Ok(()) => {
+                valid.push(k);
+                out.push(None);
+            }
+            Err(e) => out.push(Some(Err(e))),
+        }
+    }
+    let mut got = view.get_many(keyspace, &valid, seqno).into_iter();
+    out.into_iter()
+        .map(|r| match r {
+            Some(r) => r,
+            None => got.next().expect("get_many answers every valid key"),
+        })
+        .collect()
 }
 
 impl Db {
@@ -156,7 +187,7 @@ impl Db {
         check_key(key)?;
         let inner = self.inner();
         let (view, seqno) = inner.view_and_seqno();
-        view.get(key, seqno)
+        view.get(DEFAULT_ID, key, seqno)
     }
 
     /// The current values of `keys`, in their order, all as of one
@@ -167,32 +198,13 @@ impl Db {
     /// another: for a caller that needs several values at once, far less
     /// waiting than a loop of `get`.
     pub fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Vec<u8>>>> {
-        let inner = self.inner();
-        let (view, seqno) = inner.view_and_seqno();
-        let mut out: Vec<Option<Result<Option<Vec<u8>>>>> = Vec::with_capacity(keys.len());
-        let mut valid: Vec<&[u8]> = Vec::with_capacity(keys.len());
-        for k in keys {
-            let k = k.as_ref();
-            match check_key(k) {
-                Ok(()) => {
-                    valid.push(k);
-                    out.push(None);
-                }
-                Err(e) => out.push(Some(Err(e))),
-            }
-        }
-        let mut got = view.get_many(&valid, seqno).into_iter();
-        out.into_iter()
-            .map(|r| match r {
-                Some(r) => r,
-                None => got.next().expect("get_many answers every valid key"),
-            })
-            .collect()
+        let (view, seqno) = self.inner().view_and_seqno();
+        multi_get(&view, DEFAULT_ID, seqno, keys)
     }
 
     fn iter_bounds(&self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) -> Iter {
         let (view, seqno) = self.inner().view_and_seqno();
-        Iter::new(view, seqno, lower, upper)
+        Iter::new(view, DEFAULT_ID, seqno, lower, upper)
     }
 
     /// Keys in `range` with their values, in key order (`.rev()` for
@@ -482,7 +494,7 @@ impl Snapshot {
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         let key = key.as_ref();
         check_key(key)?;
-        self.inner.view().get(key, self.seqno)
+        self.inner.view().get(DEFAULT_ID, key, self.seqno)
     }
 
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
@@ -490,21 +502,60 @@ impl Snapshot {
             owned_bound(range.start_bound()),
             owned_bound(range.end_bound()),
         );
-        Iter::new(self.inner.view(), self.seqno, lo, hi)
+        Iter::new(self.inner.view(), DEFAULT_ID, self.seqno, lo, hi)
     }
 
     pub fn iter(&self) -> Iter {
-        Iter::new(
-            self.inner.view(),
-            self.seqno,
-            Bound::Unbounded,
-            Bound::Unbounded,
-        )
+        self.range::<&[u8], _>(..)
     }
 
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter {
         let (lo, hi) = prefix_bounds(prefix.as_ref());
-        Iter::new(self.inner.view(), self.seqno, lo, hi)
+        Iter::new(self.inner.view(), DEFAULT_ID, self.seqno, lo, hi)
+    }
+
+    /// The value of `key` in keyspace `ks` as of this snapshot. Every
+    /// keyspace is seen at the snapshot's one instant. A keyspace dropped
+    /// since answers `KeyspaceDropped`, here as everywhere.
+    pub fn get_in(&self, ks: &Keyspace, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        let key = key.as_ref();
+        check_key(key)?;
+        ks.check_owner(&self.inner)?;
+        let view = self.inner.view();
+        ks.check_in(&view)?;
+        view.get(ks.id(), key, self.seqno)
+    }
+
+    fn iter_in_bounds(&self, ks: &Keyspace, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>) -> Iter {
+        let view = self.inner.view();
+        let checked = ks
+            .check_owner(&self.inner)
+            .and_then(|()| ks.check_in(&view));
+        let mut it = Iter::new(view, ks.id(), self.seqno, lo, hi);
+        if let Err(e) = checked {
+            it.refuse(e);
+        }
+        it
+    }
+
+    /// Keys of keyspace `ks` in `range`, as of this snapshot.
+    pub fn range_in<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, ks: &Keyspace, range: R) -> Iter {
+        self.iter_in_bounds(
+            ks,
+            owned_bound(range.start_bound()),
+            owned_bound(range.end_bound()),
+        )
+    }
+
+    /// Every key of keyspace `ks`, as of this snapshot.
+    pub fn iter_in(&self, ks: &Keyspace) -> Iter {
+        self.iter_in_bounds(ks, Bound::Unbounded, Bound::Unbounded)
+    }
+
+    /// Keys of keyspace `ks` starting with `prefix`, as of this snapshot.
+    pub fn prefix_in(&self, ks: &Keyspace, prefix: impl AsRef<[u8]>) -> Iter {
+        let (lo, hi) = prefix_bounds(prefix.as_ref());
+        self.iter_in_bounds(ks, lo, hi)
     }
 
     /// The seqno this snapshot reads at.

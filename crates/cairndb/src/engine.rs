@@ -101,6 +101,9 @@ pub(crate) struct Inner {
     pub journal: Mutex<Journal>,
     pub manifest: Mutex<Manifest>,
     pub compaction_lock: Mutex<()>,
+    /// Held while a keyspace is created, changed or dropped: a name gets
+    /// one id however many callers create it at once.
+    pub keyspace_lock: Mutex<()>,
     pub bg: Mutex<Bg>,
     /// Set once close begins (with `Bg::shutdown`), read without the lock
     /// by long background work that should stop early (settling), and by
@@ -191,6 +194,7 @@ impl Inner {
             journal: Mutex::new(o.journal),
             manifest: Mutex::new(o.manifest),
             compaction_lock: Mutex::new(()),
+            keyspace_lock: Mutex::new(()),
             closing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             bg: Mutex::new(Bg::default()),
             bg_cv: Condvar::new(),
@@ -246,6 +250,22 @@ impl Inner {
     pub fn view_and_seqno(&self) -> (ReadView, u64) {
         let view = self.view();
         (view, self.last_seqno.load(Ordering::Acquire))
+    }
+
+    /// Each keyspace's separation threshold, as of `version`.
+    pub fn separation(&self, version: &Version) -> crate::keyspace::Separation {
+        crate::keyspace::Separation::new(self.opts.value_separation_min, version.keyspaces.clone())
+    }
+
+    /// How tables of `keyspace` are built, as of `version`, and the size
+    /// compaction cuts them at; `None` if the keyspace was dropped.
+    pub fn table_opts_for(&self, version: &Version, keyspace: u32) -> Option<(TableOptions, u64)> {
+        let opts = crate::keyspace::table_options(&self.table_opts, &version.keyspaces, keyspace)?;
+        let bytes = version
+            .keyspaces
+            .get(keyspace)
+            .map_or(self.opts.table_bytes, |k| k.options.table_bytes);
+        Some((opts, bytes))
     }
 
     pub fn new_file_number(&self) -> u64 {

@@ -13,6 +13,8 @@
 //! - `Closed`: the handle was closed.
 //! - `Conflict`: a transaction lost to a concurrent commit; it wrote
 //!   nothing. Run it again.
+//! - `KeyspaceDropped`: the keyspace a handle names was dropped; open it
+//!   again by name (a new, empty keyspace) to go on.
 
 use std::path::PathBuf;
 
@@ -58,6 +60,9 @@ pub enum Error {
     /// nothing of it was written. Retry the transaction.
     #[error("transaction conflict: {0}")]
     Conflict(String),
+    /// The keyspace was dropped (by any handle); nothing was done.
+    #[error("keyspace {0:?} was dropped")]
+    KeyspaceDropped(String),
 }
 
 impl Error {
@@ -122,6 +127,7 @@ impl Error {
             Error::Poisoned(s) => Error::Poisoned(s.clone()),
             Error::Closed => Error::Closed,
             Error::Conflict(s) => Error::Conflict(s.clone()),
+            Error::KeyspaceDropped(s) => Error::KeyspaceDropped(s.clone()),
         }
     }
 }

@@ -350,7 +350,7 @@ pub fn batch(data: &[u8]) -> usize {
     };
     let mut rep = batch_codec::new_payload();
     for op in &decoded.ops {
-        batch_codec::push_op(&mut rep, op.kind, op.key, op.value);
+        batch_codec::push_op(&mut rep, op.keyspace, op.kind, op.key, op.value);
     }
     let count = u32::try_from(decoded.ops.len()).unwrap_or(u32::MAX);
     batch_codec::set_count(&mut rep, count);
@@ -358,10 +358,12 @@ pub fn batch(data: &[u8]) -> usize {
     match batch_codec::decode(&rep) {
         Ok(again) => {
             assert_eq!(again.first_seqno, decoded.first_seqno);
-            // Kinds, keys and values; not `value_at`, which moves with
-            // the varints before it.
-            fn content<'a>(ops: &[batch_codec::Op<'a>]) -> Vec<(Kind, &'a [u8], &'a [u8])> {
-                ops.iter().map(|op| (op.kind, op.key, op.value)).collect()
+            // Keyspaces, kinds, keys and values; not `value_at`, which
+            // moves with the varints before it.
+            fn content<'a>(ops: &[batch_codec::Op<'a>]) -> Vec<(u32, Kind, &'a [u8], &'a [u8])> {
+                ops.iter()
+                    .map(|op| (op.keyspace, op.kind, op.key, op.value))
+                    .collect()
             }
             assert_eq!(
                 content(&again.ops),

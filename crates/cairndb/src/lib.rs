@@ -37,6 +37,7 @@ pub(crate) mod format;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod io;
+mod keyspace;
 pub mod limits;
 mod memtable;
 mod options;
@@ -50,6 +51,7 @@ mod write;
 
 pub use db::{Db, Snapshot, Stats};
 pub use error::{Error, Result};
+pub use keyspace::{Keyspace, KeyspaceOptions};
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use options::Sabotage;

@@ -5,7 +5,7 @@
 //! replay. Each test opens a copy, checks every key, writes, and reopens.
 //!
 //! `write_image` (ignored) writes a new image with the build at hand, for
-//! the next format change: `CAIRNDB_IMAGE=format6 cargo test -p cairndb
+//! the next format change: `CAIRNDB_IMAGE=format7 cargo test -p cairndb
 //! --test compat write_image -- --ignored`.
 
 use cairndb::{Db, Options, WriteOptions};
@@ -162,6 +162,13 @@ fn a_format_5_database_with_value_streams_opens() {
         .count();
     assert!(streams > 0, "the image holds value streams");
     opens("format5");
+}
+
+/// Format 6, written with LZ4-compressed tables by the build before
+/// keyspaces (b73fb3a).
+#[test]
+fn a_format_6_database_with_compressed_tables_opens() {
+    opens("format6");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::format::key::{self, Kind};
 use crate::format::manifest::{Edit, TableRecord};
-use crate::format::table::TableWriter;
+use crate::format::table::{TableOptions, TableWriter};
 use crate::format::vptr::ValuePtr;
 use crate::limits::LEVELS;
 use crate::read::cursor::{Cursor, Dir, MergeCursor, table_cursor};
@@ -34,7 +34,7 @@ pub(super) fn compact(inner: &Inner, v: &Version, c: Compaction, moving: Moving)
         edit.removed
             .extend(c.below.iter().map(|f| (out_level, f.number)));
         let all: Vec<_> = c.inputs.iter().chain(&c.below).cloned().collect();
-        match merge(inner, v, &all, out_level, moving)? {
+        match merge(inner, v, c.keyspace, &all, out_level, moving)? {
             Some(merged) => {
                 if c.level == 0 {
                     let read: u64 = c.inputs.iter().map(|f| f.entries).sum();
@@ -73,9 +73,9 @@ pub(super) fn log_merge(inner: &Inner, edit: Edit, merged: bool) -> Result<()> {
     })
 }
 
-/// True if no level below `out_level` may hold `user_key`.
-pub(super) fn is_base_level(v: &Version, out_level: usize, user_key: &[u8]) -> bool {
-    (out_level + 1..LEVELS).all(|l| v.find(l, user_key).is_none())
+/// True if no level below `out_level` may hold `user_key` of `keyspace`.
+pub(super) fn is_base_level(v: &Version, out_level: usize, keyspace: u32, user_key: &[u8]) -> bool {
+    (out_level + 1..LEVELS).all(|l| v.find(l, keyspace, user_key).is_none())
 }
 
 /// What a merge wrote.
@@ -110,12 +110,13 @@ impl Merged {
 pub(super) fn merge(
     inner: &Inner,
     v: &Version,
+    keyspace: u32,
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
     moving: Moving,
 ) -> Result<Option<Merged>> {
     let mut created = Created::default();
-    let merged = merge_into(inner, v, inputs, out_level, moving, &mut created);
+    let merged = merge_into(inner, v, keyspace, inputs, out_level, moving, &mut created);
     if !matches!(merged, Ok(Some(_))) {
         // Frees the space of the outputs written so far (the next open
         // would delete them anyway): a full device is retried later.
@@ -129,15 +130,25 @@ pub(super) fn merge(
     merged
 }
 
-/// `merge`, recording every file it creates in `created`.
+/// `merge`, recording every file it creates in `created`. Every input is
+/// of `keyspace`, and so is every output.
 pub(super) fn merge_into(
     inner: &Inner,
     v: &Version,
+    keyspace: u32,
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
     moving: Moving,
     created: &mut Created,
 ) -> Result<Option<Merged>> {
+    assert!(
+        inputs.iter().all(|f| f.keyspace == keyspace),
+        "a merge never mixes keyspaces"
+    );
+    // Compactions are picked among live keyspaces of `v`.
+    let (table_opts, table_bytes) = inner
+        .table_opts_for(v, keyspace)
+        .unwrap_or_else(|| (inner.table_opts.clone(), inner.opts.table_bytes));
     let oldest_snapshot = inner.oldest_snapshot();
     // Value bytes moved out of journals by settling (also in `moves`).
     let mut settled = 0u64;
@@ -169,10 +180,10 @@ pub(super) fn merge_into(
         let seqno = key::tag_seqno(tag);
         if current.as_deref() != Some(user) {
             if let Some((_, w)) = &writer
-                && w.estimated_size() >= inner.opts.table_bytes
+                && w.estimated_size() >= table_bytes
                 && let Some(full) = writer.take()
             {
-                outputs.push(finish(full, out_level)?);
+                outputs.push(finish(full, keyspace, out_level)?);
             }
             current = Some(user.to_vec());
             newer_seqno = u64::MAX;
@@ -180,7 +191,7 @@ pub(super) fn merge_into(
         let shadowed = newer_seqno <= oldest_snapshot;
         let dead_tombstone = key::tag_kind(tag) == Kind::Delete as u8
             && seqno <= oldest_snapshot
-            && is_base_level(v, out_level, user);
+            && is_base_level(v, out_level, keyspace, user);
         newer_seqno = seqno;
         if shadowed || dead_tombstone {
             dropped += 1;
@@ -194,7 +205,7 @@ pub(super) fn merge_into(
         }
         let w = match &mut writer {
             Some((_, w)) => w,
-            None => &mut writer.insert(new_table(inner, created)?).1,
+            None => &mut writer.insert(new_table(inner, &table_opts, created)?).1,
         };
         let is_pointer = key::tag_kind(tag) == Kind::Pointer as u8;
         let move_one = is_pointer
@@ -215,7 +226,7 @@ pub(super) fn merge_into(
         }
     }
     if let Some(last) = writer {
-        outputs.push(finish(last, out_level)?);
+        outputs.push(finish(last, keyspace, out_level)?);
     }
     assert_eq!(
         moved.values().sum::<u64>(),
@@ -246,10 +257,13 @@ fn open_inputs(inner: &Inner, inputs: &[sync::Arc<TableFile>]) -> Result<MergeCu
 }
 
 /// A new output table (its number recorded in `created`).
-fn new_table(inner: &Inner, created: &mut Created) -> Result<(u64, TableWriter)> {
+fn new_table(
+    inner: &Inner,
+    opts: &TableOptions,
+    created: &mut Created,
+) -> Result<(u64, TableWriter)> {
     let (number, file) = created.create(inner, false)?;
     let path = files::table(&inner.dir, number);
-    let opts = &inner.table_opts;
     Ok((
         number,
         TableWriter::new(file, path, opts).owned_by(opts.db_id, number),
@@ -314,9 +328,14 @@ fn make_durable(inner: &Inner, mut moves: Moves, settled: u64, tables: bool) -> 
     Ok(())
 }
 
-pub(super) fn finish((number, w): (u64, TableWriter), level: usize) -> Result<TableRecord> {
+pub(super) fn finish(
+    (number, w): (u64, TableWriter),
+    keyspace: u32,
+    level: usize,
+) -> Result<TableRecord> {
     let s = w.finish()?;
     Ok(TableRecord {
+        keyspace,
         level,
         number,
         size: s.file_size,

@@ -32,6 +32,7 @@
 //! by copying the rest of its keys. A step that fails (a damaged value,
 //! a full device) is skipped, never stops writes: settling is optional.
 
+mod drop;
 mod gc;
 mod merge;
 mod pick;
@@ -57,6 +58,8 @@ use warm::{WARM_AFTER_QUIET, WARM_READS};
 
 /// What the compaction thread does next.
 enum Work {
+    /// Remove the tables of dropped keyspaces.
+    Drop,
     Compact,
     Warm,
     Settle,
@@ -79,7 +82,7 @@ pub(crate) fn run(inner: &Inner) {
 /// What the compaction thread keeps between its jobs.
 struct Thread {
     /// Where the next compaction of each level starts (round robin).
-    pointer: [Vec<u8>; LEVELS],
+    pointer: [pick::Pointer; LEVELS],
     /// The wait before retrying work paused by a full device.
     backoff: Duration,
     /// Journal bytes appended when the compaction before began.
@@ -134,6 +137,13 @@ impl Thread {
     /// is paused) a settling step.
     fn due(&mut self, inner: &Inner, unpaused: bool) -> Option<Work> {
         let v = inner.state.read().version.clone();
+        if v.levels
+            .iter()
+            .flatten()
+            .any(|f| v.keyspaces.dropped(f.keyspace))
+        {
+            return Some(Work::Drop);
+        }
         let reads = inner.policy.counts().2;
         let reading = reads.saturating_sub(self.reads_at_warm) >= WARM_READS;
         if (self.writes.1.elapsed() >= WARM_AFTER_QUIET || reading)
@@ -159,6 +169,7 @@ impl Thread {
     fn work(&mut self, inner: &Inner, work: Work) -> Result<()> {
         let v = inner.state.read().version.clone();
         match work {
+            Work::Drop => drop::remove_dropped(inner, &v),
             Work::Compact => {
                 let appended = inner.counters.journal_bytes.load(Ordering::Relaxed);
                 let paced = Moving::Paced {
@@ -208,6 +219,8 @@ pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
     let _guard = inner.compaction_lock.lock();
     inner.check_writable()?;
     let v = inner.state.read().version.clone();
+    drop::remove_dropped(inner, &v)?;
+    let v = inner.state.read().version.clone();
     if v.table_count() == 0 {
         return Ok(());
     }
@@ -215,19 +228,26 @@ pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
         .rev()
         .find(|&l| !v.levels[l].is_empty())
         .unwrap_or(1);
-    let mut edit = Edit::default();
-    let mut all = Vec::new();
-    for (level, files) in v.levels.iter().enumerate() {
-        edit.removed.extend(files.iter().map(|f| (level, f.number)));
-        all.extend(files.iter().cloned());
+    let keyspaces: std::collections::BTreeSet<u32> =
+        v.levels.iter().flatten().map(|f| f.keyspace).collect();
+    // One merge and one edit per keyspace: a merge never mixes them.
+    for keyspace in keyspaces {
+        let mut edit = Edit::default();
+        let mut all = Vec::new();
+        for (level, files) in v.levels.iter().enumerate() {
+            for f in files.iter().filter(|f| f.keyspace == keyspace) {
+                edit.removed.push((level, f.number));
+                all.push(f.clone());
+            }
+        }
+        merge::merge(inner, &v, keyspace, &all, target, Moving::All)?
+            .expect("only a settling step gives up a merge")
+            .into_edit(&mut edit);
+        let moved: Vec<u64> = edit.value_live.iter().map(|&(n, _)| n).collect();
+        log_merge(inner, edit, true)?;
+        inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
+        warm_later(inner, &moved);
     }
-    merge::merge(inner, &v, &all, target, Moving::All)?
-        .expect("only a settling step gives up a merge")
-        .into_edit(&mut edit);
-    let moved: Vec<u64> = edit.value_live.iter().map(|&(n, _)| n).collect();
-    log_merge(inner, edit, true)?;
-    inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
-    warm_later(inner, &moved);
     // A background compaction that ran out of space while this one waited
     // for the lock paused background work; this merge did its work, and
     // may have left the thread none to retry (no level over its target),

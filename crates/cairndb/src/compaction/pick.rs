@@ -11,6 +11,8 @@ use std::sync::atomic::Ordering;
 
 /// Tables chosen for one compaction.
 pub(super) struct Compaction {
+    /// The keyspace of every table in it.
+    pub(super) keyspace: u32,
     pub(super) level: usize,
     pub(super) inputs: Vec<sync::Arc<TableFile>>,
     /// Overlapping tables of `level + 1`.
@@ -67,7 +69,7 @@ pub(super) fn scores(v: &Version, opts: &Options, l0_trigger: usize) -> Vec<f64>
     (0..LEVELS - 1)
         .map(|l| {
             if l == 0 {
-                v.levels[0].len() as f64 / l0_trigger as f64
+                v.l0_depth() as f64 / l0_trigger as f64
             } else {
                 v.level_bytes(l) as f64 / level_target(opts, l) as f64
             }
@@ -80,7 +82,7 @@ pub(super) fn scores(v: &Version, opts: &Options, l0_trigger: usize) -> Vec<f64>
 /// trigger to the stop trigger; byte debt of deeper levels adds pressure
 /// once a level is more than twice its target.
 pub(crate) fn write_pressure(v: &Version, opts: &Options, l0: L0Triggers) -> f64 {
-    let tables = v.levels[0].len();
+    let tables = v.l0_depth();
     let l0_pressure = if tables >= l0.slowdown {
         (tables - l0.slowdown + 1) as f64 / (l0.stop - l0.slowdown + 1) as f64
     } else {
@@ -100,11 +102,40 @@ pub(super) fn user_range(files: &[sync::Arc<TableFile>]) -> Option<(Vec<u8>, Vec
     Some((lo.to_vec(), hi.to_vec()))
 }
 
+/// The level-0 tables of `keyspace`, oldest first.
+pub(super) fn level0_of(v: &Version, keyspace: u32) -> Vec<sync::Arc<TableFile>> {
+    v.levels[0]
+        .iter()
+        .filter(|f| f.keyspace == keyspace)
+        .cloned()
+        .collect()
+}
+
+/// The live keyspace with the most level-0 tables (of those with as many,
+/// the one whose oldest table is oldest), if level 0 holds any.
+pub(super) fn deepest_level0(v: &Version) -> Option<u32> {
+    let mut per: std::collections::BTreeMap<u32, (usize, u64)> = Default::default();
+    for f in v.levels[0]
+        .iter()
+        .filter(|f| v.keyspaces.exists(f.keyspace))
+    {
+        let e = per.entry(f.keyspace).or_insert((0, f.number));
+        e.0 += 1;
+    }
+    per.into_iter()
+        .max_by(|a, b| a.1.0.cmp(&b.1.0).then(b.1.1.cmp(&a.1.1)))
+        .map(|(k, _)| k)
+}
+
+/// Where the next compaction of a level starts: the keyspace and the
+/// largest key of the table compacted last.
+pub(super) type Pointer = (u32, Vec<u8>);
+
 pub(super) fn pick(
     v: &Version,
     opts: &Options,
     l0_trigger: usize,
-    pointer: &mut [Vec<u8>; LEVELS],
+    pointer: &mut [Pointer; LEVELS],
 ) -> Option<Compaction> {
     let (level, score) = scores(v, opts, l0_trigger)
         .into_iter()
@@ -113,20 +144,31 @@ pub(super) fn pick(
     if score < 1.0 {
         return None;
     }
-    let inputs = if level == 0 {
-        v.levels[0].clone()
+    let (keyspace, inputs) = if level == 0 {
+        let keyspace = deepest_level0(v)?;
+        (keyspace, level0_of(v, keyspace))
     } else {
-        let files = &v.levels[level];
+        // Round robin through the level, keyspace by keyspace; tables of
+        // dropped keyspaces are left to their removal.
+        let files: Vec<_> = v.levels[level]
+            .iter()
+            .filter(|f| v.keyspaces.exists(f.keyspace))
+            .collect();
+        let (at_ks, at_key) = &pointer[level];
         let after = files
             .iter()
-            .find(|f| key::compare(&f.smallest, &pointer[level]).is_gt())
+            .find(|f| {
+                f.keyspace > *at_ks
+                    || (f.keyspace == *at_ks && key::compare(&f.smallest, at_key).is_gt())
+            })
             .or(files.first())?;
-        pointer[level] = after.largest.clone();
-        vec![after.clone()]
+        pointer[level] = (after.keyspace, after.largest.clone());
+        (after.keyspace, vec![(*after).clone()])
     };
     let (lo, hi) = user_range(&inputs)?;
-    let below = v.overlapping(level + 1, &lo, &hi);
+    let below = v.overlapping(level + 1, keyspace, &lo, &hi);
     Some(Compaction {
+        keyspace,
         level,
         inputs,
         below,

@@ -4,7 +4,7 @@
 
 use super::gc::Moving;
 use super::merge::compact;
-use super::pick::{Compaction, user_range};
+use super::pick::{Compaction, level0_of, user_range};
 use super::quiet::{Quiet, activity};
 use crate::engine::Inner;
 use crate::error::Result;
@@ -216,22 +216,26 @@ pub(super) fn settle_one(
     quiet: &Quiet,
     taken: &mut Vec<u64>,
 ) -> Result<bool> {
-    let level0 = &v.levels[0];
-    if level0.iter().any(|f| !idle.settled.contains(&f.number))
-        && let Some((lo, hi)) = user_range(level0)
-    {
-        let c = Compaction {
-            level: 0,
-            inputs: level0.clone(),
-            below: v.overlapping(1, &lo, &hi),
-        };
-        taken.extend(c.inputs.iter().chain(&c.below).map(|f| f.number));
-        inner.counters.settle_steps.fetch_add(1, Ordering::Relaxed);
-        return compact(inner, v, c, Moving::WhileQuiet(quiet)).map(|()| true);
+    let unsettled = v.levels[0]
+        .iter()
+        .find(|f| !idle.settled.contains(&f.number) && v.keyspaces.exists(f.keyspace));
+    if let Some(first) = unsettled {
+        let level0 = level0_of(v, first.keyspace);
+        if let Some((lo, hi)) = user_range(&level0) {
+            let c = Compaction {
+                keyspace: first.keyspace,
+                level: 0,
+                below: v.overlapping(1, first.keyspace, &lo, &hi),
+                inputs: level0,
+            };
+            taken.extend(c.inputs.iter().chain(&c.below).map(|f| f.number));
+            inner.counters.settle_steps.fetch_add(1, Ordering::Relaxed);
+            return compact(inner, v, c, Moving::WhileQuiet(quiet)).map(|()| true);
+        }
     }
     for (level, files) in v.levels.iter().enumerate().skip(1) {
         for f in files {
-            if idle.settled.contains(&f.number) {
+            if idle.settled.contains(&f.number) || !v.keyspaces.exists(f.keyspace) {
                 continue;
             }
             taken.push(f.number);
@@ -243,6 +247,7 @@ pub(super) fn settle_one(
                 }
                 Some(true) => {
                     let c = Compaction {
+                        keyspace: f.keyspace,
                         level,
                         inputs: vec![f.clone()],
                         below: Vec::new(),

@@ -21,61 +21,97 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// A memtable written as a table.
+/// A memtable written as tables, one per keyspace it holds entries of.
+#[derive(Default)]
 pub(crate) struct Flushed {
-    /// The table, at level 0.
-    pub record: TableRecord,
-    /// The highest seqno in it.
+    /// The tables, at level 0.
+    pub records: Vec<TableRecord>,
+    /// The highest seqno in the memtable (of a dropped keyspace's entries
+    /// too, which no table holds), 0 for an empty one.
     pub max_seqno: u64,
-    /// Bytes of separated values it points to, per segment.
+    /// Bytes of separated values the tables point to, per segment.
     pub value_live: Vec<(u64, u64)>,
 }
 
-/// Writes `mem` as table `number` in `dir`, or nothing for an empty
-/// memtable.
-pub(crate) fn write_table(
+/// Writes `mem` as level-0 tables in `dir`: one per keyspace, numbered by
+/// `number`, built as `opts_for` says; the entries of a keyspace it
+/// answers `None` for (dropped) are left out. The number of every file
+/// created goes to `created` first, so a caller can remove them after a
+/// failure.
+pub(crate) fn write_tables(
     fs: &dyn Fs,
     dir: &Path,
-    number: u64,
     mem: &Memtable,
-    opts: &TableOptions,
-) -> Result<Option<Flushed>> {
+    number: &mut dyn FnMut() -> u64,
+    opts_for: &dyn Fn(u32) -> Option<TableOptions>,
+    created: &mut Vec<u64>,
+) -> Result<Flushed> {
+    let mut out = Flushed::default();
     if mem.is_empty() {
-        return Ok(None);
+        return Ok(out);
     }
-    let path = files::table(dir, number);
-    let file = fs
-        .create(&path)
-        .map_err(|e| Error::io(format!("creating table {}", path.display()), e))?;
-    let mut writer = TableWriter::new(file, path, opts).owned_by(opts.db_id, number);
-    let mut max_seqno = 0;
     let mut live = std::collections::BTreeMap::<u64, u64>::new();
-    mem.for_each(|ikey, value| {
-        if let Some((_, tag)) = key::split(ikey) {
-            max_seqno = max_seqno.max(key::tag_seqno(tag));
-            if key::tag_kind(tag) == Kind::Pointer as u8 {
-                // Commits encode the pointers they insert, and replay
-                // inserts only pointers it decoded.
-                let ptr = ValuePtr::decode(value).expect("a memtable's value pointers decode");
-                *live.entry(ptr.segment).or_default() += u64::from(ptr.len);
+    // The keyspace being written, and its table (`None`: dropped).
+    let mut current: Option<(u32, Option<(u64, TableWriter)>)> = None;
+    let mut finish = |table: Option<(u64, TableWriter)>, keyspace: u32| -> Result<()> {
+        if let Some((number, writer)) = table {
+            let summary = writer.finish()?;
+            out.records.push(TableRecord {
+                keyspace,
+                level: 0,
+                number,
+                size: summary.file_size,
+                entries: summary.entries,
+                smallest: summary.smallest,
+                largest: summary.largest,
+            });
+        }
+        Ok(())
+    };
+    let mut max_seqno = 0;
+    mem.for_each(|keyspace, ikey, value| {
+        if current.as_ref().is_none_or(|(k, _)| *k != keyspace) {
+            if let Some((k, table)) = current.take() {
+                finish(table, k)?;
             }
+            let table = match opts_for(keyspace) {
+                Some(opts) => {
+                    let n = number();
+                    created.push(n);
+                    let path = files::table(dir, n);
+                    let file = fs
+                        .create(&path)
+                        .map_err(|e| Error::io(format!("creating table {}", path.display()), e))?;
+                    Some((
+                        n,
+                        TableWriter::new(file, path, &opts).owned_by(opts.db_id, n),
+                    ))
+                }
+                None => None,
+            };
+            current = Some((keyspace, table));
+        }
+        let Some((_, tag)) = key::split(ikey) else {
+            unreachable!("a memtable's keys carry their tags");
+        };
+        max_seqno = max_seqno.max(key::tag_seqno(tag));
+        let Some((_, Some((_, writer)))) = &mut current else {
+            return Ok(());
+        };
+        if key::tag_kind(tag) == Kind::Pointer as u8 {
+            // Commits encode the pointers they insert, and replay
+            // inserts only pointers it decoded.
+            let ptr = ValuePtr::decode(value).expect("a memtable's value pointers decode");
+            *live.entry(ptr.segment).or_default() += u64::from(ptr.len);
         }
         writer.add(ikey, value)
     })?;
-    let summary = writer.finish()?;
-    let record = TableRecord {
-        level: 0,
-        number,
-        size: summary.file_size,
-        entries: summary.entries,
-        smallest: summary.smallest,
-        largest: summary.largest,
-    };
-    Ok(Some(Flushed {
-        record,
-        max_seqno,
-        value_live: live.into_iter().collect(),
-    }))
+    if let Some((k, table)) = current.take() {
+        finish(table, k)?;
+    }
+    out.max_seqno = max_seqno;
+    out.value_live = live.into_iter().collect();
+    Ok(out)
 }
 
 /// The flush thread: flushes sealed memtables, oldest first, until shutdown.
@@ -133,30 +169,39 @@ fn flush_oldest(inner: &Inner) -> Result<()> {
         let floor = s.sealed.get(1).unwrap_or(&s.mem).journal();
         (mem, floor)
     };
-    let number = inner.new_file_number();
-    let written = write_table(&*inner.fs, &inner.dir, number, &mem, &inner.table_opts)
-        .and_then(|w| {
-            inner
-                .sync_dir()
-                .map_err(|e| Error::io("syncing the database directory", e))?;
-            Ok(w)
-        })
-        .inspect_err(|_| {
-            // Frees the space of a partial table (the next open would
-            // delete it anyway); the memtable stays sealed for a retry.
-            let _ = inner.fs.remove(&files::table(&inner.dir, number));
-        })?;
-    let mut edit = Edit {
+    let version = inner.state.read().version.clone();
+    let mut created = Vec::new();
+    let remove_created = |created: &[u64]| {
+        for n in created {
+            let _ = inner.fs.remove(&files::table(&inner.dir, *n));
+        }
+    };
+    let written = write_tables(
+        &*inner.fs,
+        &inner.dir,
+        &mem,
+        &mut || inner.new_file_number(),
+        &|keyspace| inner.table_opts_for(&version, keyspace).map(|(o, _)| o),
+        &mut created,
+    )
+    .and_then(|w| {
+        inner
+            .sync_dir()
+            .map_err(|e| Error::io("syncing the database directory", e))?;
+        Ok(w)
+    })
+    // Frees the space of partial tables (the next open would delete them
+    // anyway); the memtable stays sealed for a retry.
+    .inspect_err(|_| remove_created(&created))?;
+    drop(version);
+    let flushed_max = written.max_seqno;
+    let edit = Edit {
         journal: Some(floor),
+        last_seqno: (!mem.is_empty()).then_some(written.max_seqno),
+        added: written.records,
+        value_live: written.value_live,
         ..Edit::default()
     };
-    let mut flushed_max = 0;
-    if let Some(f) = written {
-        edit.added.push(f.record);
-        edit.last_seqno = Some(f.max_seqno);
-        edit.value_live = f.value_live;
-        flushed_max = f.max_seqno;
-    }
     inner
         .log_and_apply(edit, |state| {
             // With the table, in the same install: a view that lacks the
@@ -171,10 +216,10 @@ fn flush_oldest(inner: &Inner) -> Result<()> {
             state.sealed.remove(0);
         })
         .inspect_err(|e| {
-            // Refused by a full device: the table goes, as after a failed
+            // Refused by a full device: the tables go, as after a failed
             // write; the memtable stays sealed for the retry.
             if inner.manifest_refused(e) {
-                let _ = inner.fs.remove(&files::table(&inner.dir, number));
+                remove_created(&created);
             }
         })?;
     inner.counters.flushes.fetch_add(1, Ordering::Relaxed);

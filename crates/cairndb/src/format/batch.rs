@@ -5,13 +5,15 @@
 //!  0     8     first_seqno  u64 LE; op i has seqno first_seqno + i
 //!  8     4     count        u32 LE, number of ops
 //! 12     ...   ops          count × op
-//! op:   1 byte kind (0 = delete, 1 = put, 2 = pointer; persisted),
+//! op:   1 byte kind (0 = delete, 1 = put, 2 = pointer; persisted), with
+//!       bit 7 (`IN_KEYSPACE`) set when a varint keyspace id (nonzero)
+//!       follows it; without it the op is of the default keyspace (0),
 //!       varint key_len, key, and for puts and pointers: varint value_len,
 //!       value (a pointer's value is an encoded value pointer into a value
 //!       stream, format.md §Value streams)
 //! ```
 
-use super::coding::{Reader, put_bytes};
+use super::coding::{Reader, put_bytes, put_varint};
 use super::key::Kind;
 use super::log::{RecordKind, encode_record_parts};
 
@@ -23,9 +25,20 @@ pub fn new_payload() -> Vec<u8> {
     vec![0u8; BATCH_HEADER_LEN]
 }
 
-/// Appends an op; the caller bumps the count with [`set_count`].
-pub fn push_op(rep: &mut Vec<u8>, kind: Kind, key: &[u8], value: &[u8]) {
-    rep.push(kind as u8);
+/// Bit 7 of an op's kind byte: a varint keyspace id follows the byte
+/// (manifest format 7). Ops of the default keyspace (0) go without it,
+/// byte for byte as before keyspaces.
+pub const IN_KEYSPACE: u8 = 0x80;
+
+/// Appends an op of keyspace `keyspace`; the caller bumps the count with
+/// [`set_count`].
+pub fn push_op(rep: &mut Vec<u8>, keyspace: u32, kind: Kind, key: &[u8], value: &[u8]) {
+    if keyspace == 0 {
+        rep.push(kind as u8);
+    } else {
+        rep.push(kind as u8 | IN_KEYSPACE);
+        put_varint(rep, u64::from(keyspace));
+    }
     put_bytes(rep, key);
     if kind != Kind::Delete {
         put_bytes(rep, value);
@@ -47,6 +60,8 @@ pub fn set_seqno(rep: &mut [u8], seqno: u64) {
 /// One decoded op, borrowing from the payload.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Op<'a> {
+    /// The keyspace (0: the default one).
+    pub keyspace: u32,
     pub kind: Kind,
     pub key: &'a [u8],
     pub value: &'a [u8],
@@ -82,11 +97,21 @@ pub fn decode(rep: &[u8]) -> Result<Decoded<'_>, String> {
 
 /// Reads one op at the reader's position.
 fn read_op<'a>(r: &mut Reader<'a>) -> Result<Op<'a>, &'static str> {
-    let kind = match r.u8() {
-        Some(0) => Kind::Delete,
-        Some(1) => Kind::Put,
-        Some(2) => Kind::Pointer,
+    let byte = r.u8().ok_or("kind truncated")?;
+    let kind = match byte & !IN_KEYSPACE {
+        0 => Kind::Delete,
+        1 => Kind::Put,
+        2 => Kind::Pointer,
         _ => return Err("bad kind"),
+    };
+    let keyspace = if byte & IN_KEYSPACE != 0 {
+        let id = r.varint().ok_or("keyspace truncated")?;
+        match u32::try_from(id) {
+            Ok(id) if id != 0 => id,
+            _ => return Err("bad keyspace id"),
+        }
+    } else {
+        0
     };
     let key = r.len_prefixed().ok_or("key truncated")?;
     let value = match kind {
@@ -95,6 +120,7 @@ fn read_op<'a>(r: &mut Reader<'a>) -> Result<Op<'a>, &'static str> {
     };
     let value_at = r.pos() - value.len();
     Ok(Op {
+        keyspace,
         kind,
         key,
         value,
@@ -190,7 +216,7 @@ pub fn encode_split(out: &mut Vec<u8>, number: u64, mark: u64, rep: &[u8], first
     if let Ok(d) = decode(rep) {
         for op in d.ops {
             let mut one = new_payload();
-            push_op(&mut one, op.kind, op.key, op.value);
+            push_op(&mut one, op.keyspace, op.kind, op.key, op.value);
             set_count(&mut one, 1);
             set_seqno(&mut one, next);
             encode_journal_record(out, number, mark, &one);
@@ -208,10 +234,10 @@ mod tests {
     fn each_op_knows_where_its_value_lies() {
         let mut rep = new_payload();
         let at = rep.len();
-        push_op(&mut rep, Kind::Put, b"key", &[9u8; 300]);
-        push_op(&mut rep, Kind::Delete, b"gone", b"");
+        push_op(&mut rep, 0, Kind::Put, b"key", &[9u8; 300]);
+        push_op(&mut rep, 0, Kind::Delete, b"gone", b"");
         let second = rep.len();
-        push_op(&mut rep, Kind::Put, b"k", b"short");
+        push_op(&mut rep, 0, Kind::Put, b"k", b"short");
         set_count(&mut rep, 3);
         let d = decode(&rep).expect("decodes");
         for op in &d.ops {
@@ -226,9 +252,9 @@ mod tests {
     #[test]
     fn round_trip_and_every_cut_fails() {
         let mut rep = new_payload();
-        push_op(&mut rep, Kind::Put, b"k1", b"v1");
-        push_op(&mut rep, Kind::Delete, b"k2", b"");
-        push_op(&mut rep, Kind::Put, b"k3", b"");
+        push_op(&mut rep, 0, Kind::Put, b"k1", b"v1");
+        push_op(&mut rep, 0, Kind::Delete, b"k2", b"");
+        push_op(&mut rep, 0, Kind::Put, b"k3", b"");
         set_count(&mut rep, 3);
         set_seqno(&mut rep, 42);
         let d = decode(&rep).expect("decodes");
@@ -238,6 +264,30 @@ mod tests {
         assert_eq!(d.ops[2].value, b"");
         for cut in 0..rep.len() {
             assert!(decode(&rep[..cut]).is_err(), "cut {cut}");
+        }
+    }
+
+    /// Ops of other keyspaces carry their id; default-keyspace ops are
+    /// as before keyspaces; a keyspace id of 0 or past 32 bits is damage.
+    #[test]
+    fn keyspace_ops_round_trip() {
+        let mut rep = new_payload();
+        push_op(&mut rep, 0, Kind::Put, b"a", b"1");
+        push_op(&mut rep, 7, Kind::Put, b"b", b"2");
+        push_op(&mut rep, 300, Kind::Delete, b"c", b"");
+        set_count(&mut rep, 3);
+        let d = decode(&rep).expect("decodes");
+        let got: Vec<(u32, &[u8])> = d.ops.iter().map(|o| (o.keyspace, o.key)).collect();
+        assert_eq!(got, [(0, &b"a"[..]), (7, b"b"), (300, b"c")]);
+        assert_eq!(rep[BATCH_HEADER_LEN], Kind::Put as u8);
+        for bad in [0u64, 1 << 32] {
+            let mut rep = new_payload();
+            rep.push(Kind::Put as u8 | IN_KEYSPACE);
+            put_varint(&mut rep, bad);
+            put_bytes(&mut rep, b"k");
+            put_bytes(&mut rep, b"v");
+            set_count(&mut rep, 1);
+            assert!(decode(&rep).is_err(), "keyspace {bad}");
         }
     }
 
@@ -251,8 +301,8 @@ mod tests {
     #[test]
     fn record_at_seqno_matches_copy() {
         let mut rep = new_payload();
-        push_op(&mut rep, Kind::Put, b"key", &[7u8; 300]);
-        push_op(&mut rep, Kind::Delete, b"gone", b"");
+        push_op(&mut rep, 0, Kind::Put, b"key", &[7u8; 300]);
+        push_op(&mut rep, 0, Kind::Delete, b"gone", b"");
         set_count(&mut rep, 2);
         set_seqno(&mut rep, 5);
         let before = rep.clone();
@@ -274,7 +324,7 @@ mod tests {
         use crate::format::log::journal_seed;
         const EXAMPLE_DB_ID: u64 = 0x0123_4567_89ab_cdef;
         let mut rep = new_payload();
-        push_op(&mut rep, Kind::Put, b"a", b"b");
+        push_op(&mut rep, 0, Kind::Put, b"a", b"b");
         set_count(&mut rep, 1);
         set_seqno(&mut rep, 1);
         let mut rec = Vec::new();

@@ -14,6 +14,10 @@
 //! | 8   | value_dead   | varint segment, bytes: pointed-to bytes no table points to any more |
 //! | 9   | db_id        | varint: the database's identity (first edit of a format-4 file) |
 //! | 10  | clean_close  | varint journal, length: a clean close left that journal whole at that length |
+//! | 11  | keyspace     | varint id (nonzero), len-prefixed name, len-prefixed options (`KeyspaceOptions::encode`): the keyspace exists, with these options |
+//! | 12  | drop_keyspace | varint id: the keyspace is dropped; its tables are removed later |
+//! | 13  | add_table_in | varint keyspace (nonzero), then the fields of tag 5: a table of that keyspace |
+//! | 14  | next_keyspace | varint: keyspace ids below this were used (never reused) |
 
 use super::coding::{Reader, put_bytes, put_varint};
 use crate::limits::LEVELS;
@@ -29,9 +33,11 @@ use crate::limits::LEVELS;
 /// (`NNNNNN.stream`), which an older build would read as damage. Format 6
 /// adds no field but says tables may be of table version 4 (compressed
 /// data blocks), which an older build would take for damaged tables.
-/// Formats 1 to 5 are read as they are, their journals with the framing
+/// Format 7 adds tags 11 to 14 (keyspaces) and says journal batches may
+/// hold ops of other keyspaces than the default (format.md §Batch).
+/// Formats 1 to 6 are read as they are, their journals with the framing
 /// of their format.
-pub const MANIFEST_FORMAT: u64 = 6;
+pub const MANIFEST_FORMAT: u64 = 7;
 /// First manifest format whose journals use the numbered framing.
 pub const MANIFEST_FORMAT_NUMBERED_JOURNALS: u64 = 3;
 /// First manifest format that names the database's identity (tag 9,
@@ -44,6 +50,8 @@ pub const MANIFEST_FORMAT_MIN: u64 = 1;
 /// A table as recorded in the manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableRecord {
+    /// The keyspace the table belongs to (0: the default one; tag 5).
+    pub keyspace: u32,
     pub level: usize,
     pub number: u64,
     pub size: u64,
@@ -71,6 +79,29 @@ pub struct Edit {
     /// edit. That journal was synced whole and holds exactly `length`
     /// bytes of intact records; no journal after it holds a write.
     pub clean_close: Option<(u64, u64)>,
+    /// Keyspaces created, or whose options changed.
+    pub keyspaces: Vec<KeyspaceRecord>,
+    /// Ids of keyspaces dropped.
+    pub dropped_keyspaces: Vec<u32>,
+    /// Keyspace ids below this were used.
+    pub next_keyspace: Option<u32>,
+}
+
+/// A keyspace as recorded in the manifest (tag 11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyspaceRecord {
+    pub id: u32,
+    pub name: String,
+    pub options: crate::keyspace::KeyspaceOptions,
+}
+
+/// A nonzero keyspace id from a varint.
+fn keyspace_id(r: &mut Reader) -> Result<u32, String> {
+    let id = r.varint().ok_or("keyspace id truncated")?;
+    match u32::try_from(id) {
+        Ok(id) if id != 0 => Ok(id),
+        _ => Err(format!("bad keyspace id {id}")),
+    }
 }
 
 impl Edit {
@@ -88,7 +119,12 @@ impl Edit {
             }
         }
         for t in &self.added {
-            put_varint(&mut out, 5);
+            if t.keyspace == 0 {
+                put_varint(&mut out, 5);
+            } else {
+                put_varint(&mut out, 13);
+                put_varint(&mut out, u64::from(t.keyspace));
+            }
             put_varint(&mut out, t.level as u64);
             put_varint(&mut out, t.number);
             put_varint(&mut out, t.size);
@@ -117,6 +153,20 @@ impl Edit {
             put_varint(&mut out, journal);
             put_varint(&mut out, len);
         }
+        for k in &self.keyspaces {
+            put_varint(&mut out, 11);
+            put_varint(&mut out, u64::from(k.id));
+            put_bytes(&mut out, k.name.as_bytes());
+            put_bytes(&mut out, &k.options.encode());
+        }
+        for &id in &self.dropped_keyspaces {
+            put_varint(&mut out, 12);
+            put_varint(&mut out, u64::from(id));
+        }
+        if let Some(n) = self.next_keyspace {
+            put_varint(&mut out, 14);
+            put_varint(&mut out, u64::from(n));
+        }
         out
     }
 
@@ -143,7 +193,8 @@ impl Edit {
                         _ => e.last_seqno = Some(v),
                     }
                 }
-                5 => {
+                5 | 13 => {
+                    let keyspace = if tag == 13 { keyspace_id(&mut r)? } else { 0 };
                     let level = level(&mut r)?;
                     let mut num = || r.varint().ok_or("table field truncated");
                     let number = num()?;
@@ -152,6 +203,7 @@ impl Edit {
                     let smallest = r.len_prefixed().ok_or("smallest key truncated")?.to_vec();
                     let largest = r.len_prefixed().ok_or("largest key truncated")?.to_vec();
                     e.added.push(TableRecord {
+                        keyspace,
                         level,
                         number,
                         size,
@@ -185,6 +237,23 @@ impl Edit {
                     let mut num = || r.varint().ok_or("clean close field truncated");
                     e.clean_close = Some((num()?, num()?));
                 }
+                11 => {
+                    let id = keyspace_id(&mut r)?;
+                    let name = r.len_prefixed().ok_or("keyspace name truncated")?;
+                    let name = std::str::from_utf8(name)
+                        .map_err(|_| format!("keyspace {id}: name is not UTF-8"))?
+                        .to_owned();
+                    let options = r.len_prefixed().ok_or("keyspace options truncated")?;
+                    let options = crate::keyspace::KeyspaceOptions::decode(options)
+                        .map_err(|d| format!("keyspace {id}: {d}"))?;
+                    e.keyspaces.push(KeyspaceRecord { id, name, options });
+                }
+                12 => e.dropped_keyspaces.push(keyspace_id(&mut r)?),
+                14 => {
+                    let n = r.varint().ok_or("field 14 truncated")?;
+                    let n = u32::try_from(n).map_err(|_| format!("next keyspace {n}"))?;
+                    e.next_keyspace = Some(n);
+                }
                 t => return Err(format!("unknown field tag {t}")),
             }
         }
@@ -204,6 +273,7 @@ mod tests {
             next_file: Some(9),
             last_seqno: Some(1234),
             added: vec![TableRecord {
+                keyspace: 0,
                 level: 1,
                 number: 8,
                 size: 4096,
@@ -216,7 +286,19 @@ mod tests {
             value_dead: vec![(2, 8192)],
             db_id: Some(0x1234_5678_9abc_def0),
             clean_close: Some((11, 4096)),
+            keyspaces: vec![KeyspaceRecord {
+                id: 3,
+                name: "users".into(),
+                options: crate::keyspace::KeyspaceOptions::default(),
+            }],
+            dropped_keyspaces: vec![2],
+            next_keyspace: Some(4),
         };
+        let mut e = e;
+        e.added.push(TableRecord {
+            keyspace: 3,
+            ..e.added[0].clone()
+        });
         let b = e.encode();
         assert_eq!(Edit::decode(&b), Ok(e));
         // Every proper prefix either fails or decodes to a different edit:
@@ -229,6 +311,8 @@ mod tests {
         assert!(Edit::decode(&[99, 1]).is_err());
         assert!(Edit::decode(&[5, 9]).is_err()); // level out of range
         assert!(Edit::decode(&[9, 0]).is_err()); // identity 0
+        assert!(Edit::decode(&[12, 0]).is_err()); // keyspace 0
+        assert!(Edit::decode(&[13, 0x80, 0x80, 0x80, 0x80, 0x10]).is_err()); // id past 32 bits
     }
 }
 
@@ -261,8 +345,8 @@ mod examples {
         encode_record(&mut rec, RecordKind::Edit, &first.encode());
         assert_eq!(
             hex(&rec),
-            "1a 7c 80 de 12 00 00 00 15 1d 1a be 02 00 00 00 \
-             01 06 02 02 03 04 04 00 09 ef 9b af cd f8 ac d1 91 01"
+            "cd 11 7e ba 12 00 00 00 cc 78 ac 45 02 00 00 00 \
+             01 07 02 02 03 04 04 00 09 ef 9b af cd f8 ac d1 91 01"
         );
         let key = |k: &[u8]| {
             let mut v = k.to_vec();
@@ -274,6 +358,7 @@ mod examples {
             next_file: Some(6),
             last_seqno: Some(1),
             added: vec![TableRecord {
+                keyspace: 0,
                 level: 0,
                 number: 5,
                 size: 162,

@@ -228,11 +228,42 @@ impl Values {
     }
 }
 
-/// The ordered map and the values its entries point to.
+type Map = BTreeMap<IKey, ValRef>;
+
+/// The ordered maps, one per keyspace, and the values their entries
+/// point to.
 #[derive(Default)]
 struct Tree {
-    map: BTreeMap<IKey, ValRef>,
+    /// The default keyspace's map, kept apart so its inserts and lookups
+    /// take no extra step.
+    map: Map,
+    /// The other keyspaces' maps, by keyspace id.
+    others: BTreeMap<u32, Map>,
     values: Values,
+}
+
+/// An empty map, for lookups in a keyspace the memtable holds nothing of.
+static EMPTY: Map = BTreeMap::new();
+
+impl Tree {
+    fn map(&self, keyspace: u32) -> &Map {
+        if keyspace == 0 {
+            return &self.map;
+        }
+        self.others.get(&keyspace).unwrap_or(&EMPTY)
+    }
+
+    fn map_mut(&mut self, keyspace: u32) -> &mut Map {
+        if keyspace == 0 {
+            return &mut self.map;
+        }
+        self.others.entry(keyspace).or_default()
+    }
+
+    /// Every keyspace's map, in keyspace order.
+    fn maps(&self) -> impl Iterator<Item = (u32, &Map)> {
+        std::iter::once((0, &self.map)).chain(self.others.iter().map(|(&k, m)| (k, m)))
+    }
 }
 
 pub struct Memtable {
@@ -260,7 +291,7 @@ pub struct MemWriter<'a> {
 }
 
 impl MemWriter<'_> {
-    pub fn insert(&mut self, user_key: &[u8], seqno: u64, kind: Kind, value: &[u8]) {
+    pub fn insert(&mut self, keyspace: u32, user_key: &[u8], seqno: u64, kind: Kind, value: &[u8]) {
         let ikey = IKey::new(user_key, key::make_tag(seqno, kind as u8));
         // Counted before the entry exists: a reader that finds `bytes` at
         // 0 may skip the map (module header).
@@ -270,7 +301,7 @@ impl MemWriter<'_> {
         );
         let tree = &mut *self.map;
         let at = tree.values.push(value);
-        tree.map.insert(ikey, at);
+        tree.map_mut(keyspace).insert(ikey, at);
         self.since_yield += 1;
         self.bytes_since_yield += value.len();
         if self.since_yield >= WRITER_YIELD_OPS || self.bytes_since_yield >= WRITER_YIELD_BYTES {
@@ -340,7 +371,7 @@ impl Memtable {
     /// One insert (tests); a batch goes through one [`Memtable::writer`].
     #[cfg(test)]
     pub fn insert(&self, user_key: &[u8], seqno: u64, kind: Kind, value: &[u8]) {
-        self.writer().insert(user_key, seqno, kind, value);
+        self.writer().insert(0, user_key, seqno, kind, value);
     }
 
     /// Approximate memory held, in bytes.
@@ -354,34 +385,41 @@ impl Memtable {
 
     /// The first entry at or after `seek`, looked up under the read lock,
     /// and `f` of it; `None` for an empty memtable without taking the lock.
-    fn first_from<R>(&self, seek: &IKey, f: impl FnOnce(&[u8], &[u8]) -> Option<R>) -> Option<R> {
+    fn first_from<R>(
+        &self,
+        keyspace: u32,
+        seek: &IKey,
+        f: impl FnOnce(&[u8], &[u8]) -> Option<R>,
+    ) -> Option<R> {
         if self.is_empty() {
             return None;
         }
         let tree = self.map.read();
         let (k, v) = tree
-            .map
+            .map(keyspace)
             .range((Bound::Included(seek), Bound::Unbounded))
             .next()?;
         f(k.as_bytes(), tree.values.get(*v))
     }
 
-    /// Seqno of the newest version of `user_key` (a put or a tombstone).
-    pub fn newest_seqno(&self, user_key: &[u8]) -> Option<u64> {
+    /// Seqno of the newest version of `user_key` of `keyspace` (a put or
+    /// a tombstone).
+    pub fn newest_seqno(&self, keyspace: u32, user_key: &[u8]) -> Option<u64> {
         let seek = IKey::new(
             user_key,
             key::make_tag(crate::limits::SEQNO_MAX, key::KIND_SEEK),
         );
-        self.first_from(&seek, |ikey, _| {
+        self.first_from(keyspace, &seek, |ikey, _| {
             let (ukey, tag) = key::split(ikey)?;
             (ukey == user_key).then(|| key::tag_seqno(tag))
         })
     }
 
-    /// The newest version of `user_key` with seqno <= `snapshot`, if any.
-    pub fn get(&self, user_key: &[u8], snapshot: u64) -> Option<Lookup> {
+    /// The newest version of `user_key` of `keyspace` with seqno <=
+    /// `snapshot`, if any.
+    pub fn get(&self, keyspace: u32, user_key: &[u8], snapshot: u64) -> Option<Lookup> {
         let seek = IKey::new(user_key, key::make_tag(snapshot, key::KIND_SEEK));
-        self.first_from(&seek, |ikey, value| {
+        self.first_from(keyspace, &seek, |ikey, value| {
             let (ukey, tag) = key::split(ikey)?;
             if ukey != user_key {
                 return None;
@@ -401,6 +439,7 @@ impl Memtable {
     /// not yet looked at), or `None` at the end of the memtable.
     pub fn visible_forward(
         &self,
+        keyspace: u32,
         from: Bound<&IKey>,
         snapshot: u64,
         max: usize,
@@ -413,7 +452,7 @@ impl Memtable {
         // The user key of the last version copied out; its older versions
         // are skipped.
         let mut last: Option<&[u8]> = None;
-        for (k, v) in tree.map.range((from, Bound::Unbounded)) {
+        for (k, v) in tree.map(keyspace).range((from, Bound::Unbounded)) {
             let ikey: &[u8] = k.as_bytes();
             let Some((user, tag)) = key::split(ikey) else {
                 continue;
@@ -438,6 +477,7 @@ impl Memtable {
     /// with seqno <= `snapshot`.
     pub fn visible_backward(
         &self,
+        keyspace: u32,
         to: Bound<&IKey>,
         snapshot: u64,
         max: usize,
@@ -450,7 +490,7 @@ impl Memtable {
         // Backward, a user key's versions come oldest first: the newest
         // visible one is known only when the user key changes.
         let mut candidate: Option<(&IKey, ValRef)> = None;
-        for (k, v) in tree.map.range((Bound::Unbounded, to)).rev() {
+        for (k, v) in tree.map(keyspace).range((Bound::Unbounded, to)).rev() {
             let ikey: &[u8] = k.as_bytes();
             let Some((user, tag)) = key::split(ikey) else {
                 continue;
@@ -474,8 +514,10 @@ impl Memtable {
         None
     }
 
-    /// Visits every entry in order (for flushing), holding the read lock
-    /// throughout: a flushed memtable is sealed and takes no inserts.
+    /// Visits every entry, keyspace by keyspace in id order and each in
+    /// key order (for flushing), holding the read lock throughout: a
+    /// flushed memtable is sealed and takes no inserts. `f` gets the
+    /// keyspace, the internal key and the value.
     ///
     /// Values lie in their chunks in the order they were inserted, and a
     /// random load visits them in another: nearly every value is a cache
@@ -483,15 +525,17 @@ impl Memtable {
     /// on, so those misses overlap the work on the entries before it.
     pub fn for_each(
         &self,
-        mut f: impl FnMut(&[u8], &[u8]) -> crate::Result<()>,
+        mut f: impl FnMut(u32, &[u8], &[u8]) -> crate::Result<()>,
     ) -> crate::Result<()> {
         let tree = self.map.read();
-        let mut ahead = tree.map.values().skip(VISIT_PREFETCH_AHEAD);
-        for (k, v) in &tree.map {
-            if let Some(next) = ahead.next() {
-                prefetch(tree.values.get(*next));
+        for (keyspace, map) in tree.maps() {
+            let mut ahead = map.values().skip(VISIT_PREFETCH_AHEAD);
+            for (k, v) in map {
+                if let Some(next) = ahead.next() {
+                    prefetch(tree.values.get(*next));
+                }
+                f(keyspace, k.as_bytes(), tree.values.get(*v))?;
             }
-            f(k.as_bytes(), tree.values.get(*v))?;
         }
         Ok(())
     }
@@ -501,8 +545,8 @@ impl Memtable {
     pub fn max_seqno(&self) -> Option<u64> {
         self.map
             .read()
-            .map
-            .keys()
+            .maps()
+            .flat_map(|(_, m)| m.keys())
             .filter_map(|k| key::split(k.as_bytes()).map(|(_, t)| key::tag_seqno(t)))
             .max()
     }
@@ -563,12 +607,12 @@ mod tests {
         m.insert(b"k", 3, Kind::Delete, b"");
         m.insert(b"k", 5, Kind::Put, b"v5");
         m.insert(b"j", 2, Kind::Put, b"j2");
-        assert_eq!(m.get(b"k", 0), None);
-        assert_eq!(m.get(b"k", 1), Some(Lookup::Found(b"v1".to_vec())));
-        assert_eq!(m.get(b"k", 2), Some(Lookup::Found(b"v1".to_vec())));
-        assert_eq!(m.get(b"k", 4), Some(Lookup::Deleted));
-        assert_eq!(m.get(b"k", 9), Some(Lookup::Found(b"v5".to_vec())));
-        assert_eq!(m.get(b"kk", 9), None);
+        assert_eq!(m.get(0, b"k", 0), None);
+        assert_eq!(m.get(0, b"k", 1), Some(Lookup::Found(b"v1".to_vec())));
+        assert_eq!(m.get(0, b"k", 2), Some(Lookup::Found(b"v1".to_vec())));
+        assert_eq!(m.get(0, b"k", 4), Some(Lookup::Deleted));
+        assert_eq!(m.get(0, b"k", 9), Some(Lookup::Found(b"v5".to_vec())));
+        assert_eq!(m.get(0, b"kk", 9), None);
         assert_eq!(m.max_seqno(), Some(5));
         // Cursors see one version per user key: the newest visible one.
         let seqnos = |out: &[(Vec<u8>, Vec<u8>)]| -> Vec<(Vec<u8>, u64)> {
@@ -580,21 +624,63 @@ mod tests {
                 .collect()
         };
         let mut out = Vec::new();
-        assert_eq!(m.visible_backward(Bound::Unbounded, 9, 10, &mut out), None);
+        assert_eq!(
+            m.visible_backward(0, Bound::Unbounded, 9, 10, &mut out),
+            None
+        );
         assert_eq!(seqnos(&out), vec![(b"k".to_vec(), 5), (b"j".to_vec(), 2)]);
         out.clear();
-        assert_eq!(m.visible_forward(Bound::Unbounded, 4, 10, &mut out), None);
+        assert_eq!(
+            m.visible_forward(0, Bound::Unbounded, 4, 10, &mut out),
+            None
+        );
         assert_eq!(seqnos(&out), vec![(b"j".to_vec(), 2), (b"k".to_vec(), 3)]);
         out.clear();
-        assert_eq!(m.visible_backward(Bound::Unbounded, 1, 10, &mut out), None);
+        assert_eq!(
+            m.visible_backward(0, Bound::Unbounded, 1, 10, &mut out),
+            None
+        );
         assert_eq!(seqnos(&out), vec![(b"k".to_vec(), 1)]);
         // A chunk stops at `max` and says where to resume.
         out.clear();
-        let resume = m.visible_forward(Bound::Unbounded, 9, 1, &mut out);
+        let resume = m.visible_forward(0, Bound::Unbounded, 9, 1, &mut out);
         assert_eq!(seqnos(&out), vec![(b"j".to_vec(), 2)]);
         assert_eq!(
             resume,
             Some(Bound::Included(key::encode(b"k", key::make_tag(5, 1))))
+        );
+    }
+
+    /// Keyspaces do not see each other's keys; a visit goes keyspace by
+    /// keyspace.
+    #[test]
+    fn keyspaces_are_apart() {
+        let m = Memtable::new(1);
+        let mut w = m.writer();
+        w.insert(0, b"k", 1, Kind::Put, b"default");
+        w.insert(9, b"k", 2, Kind::Put, b"nine");
+        w.insert(3, b"a", 3, Kind::Put, b"three");
+        drop(w);
+        assert_eq!(m.get(0, b"k", 9), Some(Lookup::Found(b"default".to_vec())));
+        assert_eq!(m.get(9, b"k", 9), Some(Lookup::Found(b"nine".to_vec())));
+        assert_eq!(m.get(3, b"k", 9), None);
+        assert_eq!(m.get(4, b"a", 9), None);
+        assert_eq!(m.newest_seqno(9, b"k"), Some(2));
+        let mut out = Vec::new();
+        assert_eq!(
+            m.visible_forward(3, Bound::Unbounded, 9, 10, &mut out),
+            None
+        );
+        assert_eq!(out.len(), 1);
+        let mut seen = Vec::new();
+        m.for_each(|ks, k, _| {
+            seen.push((ks, key::user_key(k).to_vec()));
+            Ok(())
+        })
+        .expect("visit");
+        assert_eq!(
+            seen,
+            [(0, b"k".to_vec()), (3, b"a".to_vec()), (9, b"k".to_vec())]
         );
     }
 
@@ -627,7 +713,7 @@ mod tests {
         }
         for i in 0..n {
             assert_eq!(
-                m.get(format!("k{i:03}").as_bytes(), n as u64),
+                m.get(0, format!("k{i:03}").as_bytes(), n as u64),
                 Some(Lookup::Found(value(i))),
                 "value {i}"
             );
@@ -647,7 +733,7 @@ mod tests {
         }
         drop(tree);
         let mut seen = 0;
-        m.for_each(|k, v| {
+        m.for_each(|_, k, v| {
             let (u, _) = key::split(k).expect("ikey");
             let i: usize = std::str::from_utf8(&u[1..])
                 .expect("utf8")

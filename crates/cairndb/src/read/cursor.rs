@@ -61,6 +61,7 @@ const MEM_CHUNK_MAX: usize = 64;
 /// times over.
 pub struct MemCursor {
     mem: Arc<Memtable>,
+    keyspace: u32,
     dir: Dir,
     snapshot: u64,
     /// Where the next chunk starts; `None` once the memtable is exhausted.
@@ -71,9 +72,16 @@ pub struct MemCursor {
 }
 
 impl MemCursor {
-    pub fn new(mem: Arc<Memtable>, dir: Dir, start: Option<Vec<u8>>, snapshot: u64) -> Self {
+    pub fn new(
+        mem: Arc<Memtable>,
+        keyspace: u32,
+        dir: Dir,
+        start: Option<Vec<u8>>,
+        snapshot: u64,
+    ) -> Self {
         MemCursor {
             mem,
+            keyspace,
             dir,
             snapshot,
             resume: Some(start.map_or(Bound::Unbounded, Bound::Included)),
@@ -108,14 +116,20 @@ impl Cursor for MemCursor {
                 _ => Bound::Unbounded,
             };
             self.resume = match self.dir {
-                Dir::Forward => {
-                    self.mem
-                        .visible_forward(bound, self.snapshot, self.chunk_len, &mut self.chunk)
-                }
-                Dir::Backward => {
-                    self.mem
-                        .visible_backward(bound, self.snapshot, self.chunk_len, &mut self.chunk)
-                }
+                Dir::Forward => self.mem.visible_forward(
+                    self.keyspace,
+                    bound,
+                    self.snapshot,
+                    self.chunk_len,
+                    &mut self.chunk,
+                ),
+                Dir::Backward => self.mem.visible_backward(
+                    self.keyspace,
+                    bound,
+                    self.snapshot,
+                    self.chunk_len,
+                    &mut self.chunk,
+                ),
             };
             self.chunk_len = (self.chunk_len * 2).min(MEM_CHUNK_MAX);
         }

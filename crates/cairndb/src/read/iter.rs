@@ -32,6 +32,8 @@ pub type KeyValue = (Vec<u8>, Vec<u8>);
 /// version, and the version it holds keeps its table files from deletion.
 pub struct Iter {
     view: ReadView,
+    /// The keyspace iterated.
+    keyspace: u32,
     snapshot: u64,
     lower: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
@@ -144,6 +146,7 @@ struct Back {
 impl Iter {
     pub(crate) fn new(
         view: ReadView,
+        keyspace: u32,
         snapshot: u64,
         lower: Bound<Vec<u8>>,
         upper: Bound<Vec<u8>>,
@@ -157,6 +160,7 @@ impl Iter {
         let mut it = Iter {
             scan: view.share.scan(),
             view,
+            keyspace,
             snapshot,
             lower,
             upper,
@@ -170,12 +174,18 @@ impl Iter {
             lent: None,
         };
         if let Some(e) = refused {
-            for ahead in [&mut it.front_ahead, &mut it.back_ahead] {
-                ahead.queue.push_back(Err(e.duplicate()));
-                ahead.ended = true;
-            }
+            it.refuse(e);
         }
         it
+    }
+
+    /// Makes `e` the first and only item from either end.
+    pub(crate) fn refuse(&mut self, e: crate::Error) {
+        for ahead in [&mut self.front_ahead, &mut self.back_ahead] {
+            ahead.queue.clear();
+            ahead.queue.push_back(Err(e.duplicate()));
+            ahead.ended = true;
+        }
     }
 
     fn merge(&self, dir: Dir, start: Option<Vec<u8>>) -> Result<MergeCursor> {
@@ -189,6 +199,7 @@ impl Iter {
         for mem in std::iter::once(&v.mem).chain(v.sealed.iter()) {
             children.push(Box::new(MemCursor::new(
                 mem.clone(),
+                self.keyspace,
                 dir,
                 start.clone(),
                 self.snapshot,
@@ -197,13 +208,20 @@ impl Iter {
         if !tables {
             return Ok(MergeCursor::new(children, dir));
         }
-        for file in &v.version.levels[0] {
+        for file in v.version.levels[0]
+            .iter()
+            .filter(|f| f.keyspace == self.keyspace)
+        {
             let table = v.tables.get(file)?;
             children.push(Box::new(table_cursor(&table, dir, start.as_deref())));
         }
-        for files in v.version.levels.iter().skip(1).filter(|l| !l.is_empty()) {
+        for level in 1..v.version.levels.len() {
+            let files = v.version.level_of(level, self.keyspace);
+            if files.is_empty() {
+                continue;
+            }
             children.push(Box::new(LevelCursor::new(
-                files.clone(),
+                files.to_vec(),
                 v.tables.clone(),
                 dir,
                 start.clone(),

@@ -120,16 +120,21 @@ impl ReadView {
     /// is exact for any seqno a live transaction compares it with. Tables
     /// are skipped when none can hold a version above `since` (the usual
     /// case: a transaction's snapshot is newer than the last flush).
-    pub fn newest_seqno_after(&self, user_key: &[u8], since: u64) -> Result<Option<u64>> {
+    pub fn newest_seqno_after(
+        &self,
+        keyspace: u32,
+        user_key: &[u8],
+        since: u64,
+    ) -> Result<Option<u64>> {
         for mem in self.memtables() {
-            if let Some(s) = mem.newest_seqno(user_key) {
+            if let Some(s) = mem.newest_seqno(keyspace, user_key) {
                 return Ok((s > since).then_some(s));
             }
         }
         if self.table_seqno_max <= since {
             return Ok(None);
         }
-        for file in self.tables_for(user_key) {
+        for file in self.tables_for(keyspace, user_key) {
             let table = self.tables.get(file)?;
             if let Some((tag, _)) = table.get(user_key, crate::limits::SEQNO_MAX)? {
                 let s = key::tag_seqno(tag);
@@ -153,38 +158,53 @@ impl ReadView {
         std::iter::once(&self.mem).chain(self.sealed.iter().rev())
     }
 
-    /// The tables that may hold `user_key`, newest first: those of level 0
-    /// whose range covers it, newest first, then the one of each deeper
-    /// level whose range holds it.
+    /// The tables that may hold `user_key` of `keyspace`, newest first:
+    /// those of level 0 whose range covers it, newest first, then the one
+    /// of each deeper level whose range holds it.
     fn tables_for<'a>(
         &'a self,
+        keyspace: u32,
         user_key: &'a [u8],
     ) -> impl Iterator<Item = &'a crate::sync::Arc<TableFile>> {
         let level0 = self.version.levels[0].iter().rev();
-        let deeper = (1..self.version.levels.len()).filter_map(|l| self.version.find(l, user_key));
-        level0.filter(|f| f.covers(user_key)).chain(deeper)
+        let deeper = (1..self.version.levels.len())
+            .filter_map(move |l| self.version.find(l, keyspace, user_key));
+        level0
+            .filter(move |f| f.covers(keyspace, user_key))
+            .chain(deeper)
     }
 
-    /// The value of `user_key` at `snapshot`, or `None` if absent/deleted.
-    pub fn get(&self, user_key: &[u8], snapshot: u64) -> Result<Option<Vec<u8>>> {
-        match self.find(user_key, snapshot)? {
+    /// `KeyspaceDropped` if `keyspace` (named `name`) no longer exists in
+    /// this view.
+    pub fn check_keyspace(&self, keyspace: u32, name: &str) -> Result<()> {
+        if self.version.keyspaces.exists(keyspace) {
+            return Ok(());
+        }
+        Err(Error::KeyspaceDropped(name.to_owned()))
+    }
+
+    /// The value of `user_key` of `keyspace` at `snapshot`, or `None` if
+    /// absent/deleted.
+    pub fn get(&self, keyspace: u32, user_key: &[u8], snapshot: u64) -> Result<Option<Vec<u8>>> {
+        match self.find(keyspace, user_key, snapshot)? {
             Some(Lookup::Found(v)) => Ok(Some(v)),
             Some(Lookup::Pointer(p)) => self.load(&p).map(Some),
             Some(Lookup::Deleted) | None => Ok(None),
         }
     }
 
-    /// The newest entry of `user_key` at `snapshot`: memtables, then level
+    /// The newest entry of `user_key` of `keyspace` at `snapshot`:
+    /// memtables, then level
     /// 0 newest first, then one table per deeper level. A separated value
     /// is returned as its encoded pointer, not read.
-    pub fn find(&self, user_key: &[u8], snapshot: u64) -> Result<Option<Lookup>> {
+    pub fn find(&self, keyspace: u32, user_key: &[u8], snapshot: u64) -> Result<Option<Lookup>> {
         self.check_open()?;
         for mem in self.memtables() {
-            if let Some(found) = mem.get(user_key, snapshot) {
+            if let Some(found) = mem.get(keyspace, user_key, snapshot) {
                 return Ok(Some(found));
             }
         }
-        for file in self.tables_for(user_key) {
+        for file in self.tables_for(keyspace, user_key) {
             let table = self.tables.get(file)?;
             if let Some((tag, value)) = table.get(user_key, snapshot)? {
                 return Ok(Some(match Kind::from_u8(key::tag_kind(tag)) {
@@ -201,11 +221,16 @@ impl ReadView {
     /// `get` would return it. The separated values among them are read
     /// together, as a scan reads a window (`load_start`): sorted by place,
     /// neighbours in one request, the rest in flight at once.
-    pub fn get_many(&self, user_keys: &[&[u8]], snapshot: u64) -> Vec<Result<Option<Vec<u8>>>> {
+    pub fn get_many(
+        &self,
+        keyspace: u32,
+        user_keys: &[&[u8]],
+        snapshot: u64,
+    ) -> Vec<Result<Option<Vec<u8>>>> {
         let mut out: Vec<Option<Result<Option<Vec<u8>>>>> = Vec::with_capacity(user_keys.len());
         let (mut at, mut pointers) = (Vec::new(), Vec::new());
         for (i, k) in user_keys.iter().enumerate() {
-            out.push(match self.find(k, snapshot) {
+            out.push(match self.find(keyspace, k, snapshot) {
                 Ok(Some(Lookup::Found(v))) => Some(Ok(Some(v))),
                 Ok(Some(Lookup::Pointer(p))) => {
                     at.push(i);

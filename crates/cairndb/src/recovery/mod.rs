@@ -43,6 +43,7 @@ use crate::format::stage as stage_format;
 use crate::format::table::TableOptions;
 use crate::format::vptr::ValuePtr;
 use crate::io::{self, Fs};
+use crate::keyspace::Separation;
 use crate::limits::SEQNO_MAX;
 use crate::memtable::Memtable;
 use crate::options::Options;
@@ -405,22 +406,24 @@ fn replay_journals(
     new_number: &dyn Fn() -> u64,
 ) -> Result<()> {
     let (fs, dir) = (&*listing.fs, &listing.dir);
+    let keyspaces = rec.version.keyspaces.clone();
     let replay = Replay {
         fs,
         dir,
         memtable_bytes: opts.memtable_bytes,
-        separate_min: opts.value_separation_min,
+        separation: Separation::new(opts.value_separation_min, keyspaces.clone()),
         resync: crate::options::sabotaged!(opts, replay_past_damage),
     };
+    let opts_for = |keyspace| crate::keyspace::table_options(table_opts, &keyspaces, keyspace);
     let mut mem = Memtable::new(0);
     let mut added = Edit::default();
     for (n, end) in journals_to_replay(listing, rec)? {
         let framing = rec.framing(n);
         replay.journal(n, framing, end, &mut rec.last_seqno, &mut mem, &mut |mem| {
-            flush_during_open(fs, dir, new_number(), mem, table_opts, &mut added)
+            flush_during_open(fs, dir, new_number, mem, &opts_for, &mut added)
         })?;
     }
-    flush_during_open(fs, dir, new_number(), &mut mem, table_opts, &mut added)?;
+    flush_during_open(fs, dir, new_number, &mut mem, &opts_for, &mut added)?;
     if !added.added.is_empty() {
         fs.sync_dir(dir)
             .map_err(|e| Error::io("syncing the database directory", e))?;
@@ -794,8 +797,8 @@ struct Replay<'a> {
     dir: &'a Path,
     /// A memtable this full is flushed (`Options::memtable_bytes`).
     memtable_bytes: usize,
-    /// `Options::value_separation_min`.
-    separate_min: usize,
+    /// Each keyspace's separation threshold, and which keyspaces exist.
+    separation: Separation,
     /// `Sabotage::replay_past_damage`.
     resync: bool,
 }
@@ -813,7 +816,7 @@ impl Replay<'_> {
         flush: &mut dyn FnMut(&mut Memtable) -> Result<()>,
     ) -> Result<()> {
         let rule = Separate {
-            min: self.separate_min,
+            rule: self.separation.clone(),
             segment: number,
         };
         let path = files::journal(self.dir, number);
@@ -833,7 +836,7 @@ impl Replay<'_> {
                 unreachable!("a record's payload is a slice of its file");
             };
             let synced = last <= vouched;
-            let place = synced.then_some((at, &rule));
+            let place = synced.then_some(at);
             // Values in value streams: a synced record's stay there (the
             // sync that vouched for it synced its streams first, and reads
             // check each value); an unsynced record's are copied into the
@@ -863,8 +866,15 @@ impl Replay<'_> {
             } else {
                 payload
             };
-            let seqno = insert_batch(&mut mem.writer(), payload, batch.first_seqno, place, None)
-                .map_err(bad)?;
+            let seqno = insert_batch(
+                &mut mem.writer(),
+                payload,
+                batch.first_seqno,
+                &rule,
+                place,
+                None,
+            )
+            .map_err(bad)?;
             assert_eq!(seqno - 1, last, "a replayed batch ends at its last seqno");
             *last_seqno = (*last_seqno).max(last);
             if mem.approx_bytes() >= self.memtable_bytes {
@@ -1080,7 +1090,7 @@ impl StreamFiles {
         let mut rep = batch_codec::new_payload();
         for op in &batch.ops {
             if op.kind != Kind::Pointer {
-                batch_codec::push_op(&mut rep, op.kind, op.key, op.value);
+                batch_codec::push_op(&mut rep, op.keyspace, op.kind, op.key, op.value);
                 continue;
             }
             let ptr = ValuePtr::decode(op.value)
@@ -1106,7 +1116,7 @@ impl StreamFiles {
                 }
             })?
             .map_err(|()| absent())?;
-            batch_codec::push_op(&mut rep, Kind::Put, op.key, &value);
+            batch_codec::push_op(&mut rep, op.keyspace, Kind::Put, op.key, &value);
         }
         batch_codec::set_count(&mut rep, batch.ops.len() as u32);
         batch_codec::set_seqno(&mut rep, batch.first_seqno);
@@ -1208,13 +1218,20 @@ fn with_staged_tail(
 fn flush_during_open(
     fs: &dyn Fs,
     dir: &Path,
-    number: u64,
+    number: &dyn Fn() -> u64,
     mem: &mut Memtable,
-    opts: &TableOptions,
+    opts_for: &dyn Fn(u32) -> Option<TableOptions>,
     edit: &mut Edit,
 ) -> Result<()> {
-    if let Some(f) = crate::flush::write_table(fs, dir, number, mem, opts)? {
-        edit.added.push(f.record);
+    // One number is taken even for an empty memtable (the numbering of a
+    // new database's first files is documented in format.md).
+    let mut first = Some(number());
+    if !mem.is_empty() {
+        // A table left by a failure here is an orphan the next open
+        // deletes; this open fails.
+        let mut numbers = || first.take().unwrap_or_else(number);
+        let f = crate::flush::write_tables(fs, dir, mem, &mut numbers, opts_for, &mut Vec::new())?;
+        edit.added.extend(f.records);
         edit.last_seqno = Some(edit.last_seqno.unwrap_or(0).max(f.max_seqno));
         edit.value_live.extend(f.value_live);
     }
@@ -1244,7 +1261,7 @@ mod tests {
         let dir = Path::new("/db");
         let batch = |first: u64, key: &[u8]| {
             let mut rep = codec::new_payload();
-            codec::push_op(&mut rep, Kind::Put, key, b"old");
+            codec::push_op(&mut rep, 0, Kind::Put, key, b"old");
             codec::set_count(&mut rep, 1);
             codec::set_seqno(&mut rep, first);
             rep
@@ -1344,7 +1361,7 @@ mod tests {
             };
             let mut rep = codec::new_payload();
             for i in 0..ops {
-                codec::push_op(&mut rep, Kind::Put, &i.to_be_bytes(), b"v");
+                codec::push_op(&mut rep, 0, Kind::Put, &i.to_be_bytes(), b"v");
             }
             codec::set_count(&mut rep, ops);
             codec::set_seqno(&mut rep, first);

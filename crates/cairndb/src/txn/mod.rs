@@ -28,6 +28,7 @@ pub(crate) mod registry;
 use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::format::batch as codec;
+use crate::keyspace::{DEFAULT_ID, Keyspace};
 use crate::options::WriteOptions;
 use crate::read::ReadView;
 use crate::read::iter::{Iter, KeyValue};
@@ -52,15 +53,38 @@ pub enum Isolation {
     Serializable,
 }
 
-/// A scanned key range, as owned bounds.
-type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+/// A scanned key range of a keyspace, as owned bounds.
+type KeyRange = (u32, Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+/// The keys of `written` (keyspace, key) within `range`.
+fn written_within<'a>(
+    written: &'a BTreeSet<(u32, &[u8])>,
+    (keyspace, lo, hi): &'a KeyRange,
+) -> impl Iterator<Item = &'a (u32, &'a [u8])> {
+    let ks = *keyspace;
+    let lower = match lo {
+        Bound::Included(k) => Bound::Included((ks, k.as_slice())),
+        Bound::Excluded(k) => Bound::Excluded((ks, k.as_slice())),
+        Bound::Unbounded => Bound::Included((ks, &[][..])),
+    };
+    let upper = match hi {
+        Bound::Included(k) => Bound::Included((ks, k.as_slice())),
+        Bound::Excluded(k) => Bound::Excluded((ks, k.as_slice())),
+        Bound::Unbounded => match ks.checked_add(1) {
+            Some(next) => Bound::Excluded((next, &[][..])),
+            None => Bound::Unbounded,
+        },
+    };
+    written.range((lower, upper))
+}
 
 /// What a commit checks, run by the group-commit leader: the keys of the
 /// batch it goes with, and these.
 pub(crate) struct Validation {
     snapshot: u64,
-    /// Keys read (serializable) or read for update, written or not.
-    keys: BTreeSet<Vec<u8>>,
+    /// Keys read (serializable) or read for update, written or not, with
+    /// their keyspaces.
+    keys: BTreeSet<(u32, Vec<u8>)>,
     ranges: Vec<KeyRange>,
 }
 
@@ -83,21 +107,21 @@ impl Validation {
         rep: &[u8],
         committed: u64,
         recent: &RecentWrites,
-        written: &BTreeSet<&[u8]>,
+        written: &BTreeSet<(u32, &[u8])>,
         view: &mut Option<ReadView>,
         make_view: &dyn Fn() -> ReadView,
     ) -> Result<()> {
         let conflict = |what: String| Err(Error::Conflict(what));
         let changed = committed > self.snapshot;
-        let mut check = |k: &[u8]| -> Result<()> {
-            if written.contains(k) {
+        let mut check = |ks: u32, k: &[u8]| -> Result<()> {
+            if written.contains(&(ks, k)) {
                 return conflict(format!("key {k:?} written by a commit in the same group"));
             }
-            if !changed || !recent.may_have_changed(k, self.snapshot) {
+            if !changed || !recent.may_have_changed(ks, k, self.snapshot) {
                 return Ok(());
             }
             let view = view.get_or_insert_with(make_view);
-            if let Some(s) = view.newest_seqno_after(k, self.snapshot)? {
+            if let Some(s) = view.newest_seqno_after(ks, k, self.snapshot)? {
                 return conflict(format!(
                     "key {k:?} written at seqno {s} after snapshot {}",
                     self.snapshot
@@ -118,25 +142,23 @@ impl Validation {
                 })?
                 .ops;
             for op in &ops {
-                check(op.key)?;
+                check(op.keyspace, op.key)?;
             }
-            for k in &self.keys {
-                check(k)?;
+            for (ks, k) in &self.keys {
+                check(*ks, k)?;
             }
         }
-        for (lo, hi) in &self.ranges {
-            let within = (
-                lo.as_ref().map(Vec::as_slice),
-                hi.as_ref().map(Vec::as_slice),
-            );
-            if written.range::<[u8], _>(within).next().is_some() {
+        for range in &self.ranges {
+            if written_within(written, range).next().is_some() {
                 return conflict("a scanned range written by a commit in the same group".into());
             }
             if !changed {
                 continue;
             }
+            let (ks, lo, hi) = range;
             let it = Iter::new(
                 view.get_or_insert_with(make_view).clone(),
+                *ks,
                 crate::limits::SEQNO_MAX,
                 lo.clone(),
                 hi.clone(),
@@ -166,10 +188,13 @@ pub struct Transaction {
     /// Buffered writes, encoded as the batch the commit writes.
     writes: OwnWrites,
     /// Keys read (serializable only): checked if the transaction writes.
-    reads: BTreeSet<Vec<u8>>,
+    reads: BTreeSet<(u32, Vec<u8>)>,
     /// Keys read with `get_for_update`: always checked.
-    locked: BTreeSet<Vec<u8>>,
+    locked: BTreeSet<(u32, Vec<u8>)>,
     ranges: Vec<KeyRange>,
+    /// The keyspaces other than the default one it writes to: checked to
+    /// exist at commit.
+    keyspaces: Vec<Keyspace>,
     done: bool,
 }
 
@@ -209,6 +234,7 @@ impl Transaction {
             reads: BTreeSet::new(),
             locked: BTreeSet::new(),
             ranges: Vec::new(),
+            keyspaces: Vec::new(),
             done: false,
         }
     }
@@ -233,16 +259,7 @@ impl Transaction {
     /// made one, else the database at its snapshot. In serializable mode
     /// the key (present or not) is checked at commit.
     pub fn get(&mut self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
-        self.check_open()?;
-        let key = key.as_ref();
-        check_key(key)?;
-        if let Some(w) = self.writes.get(key) {
-            return Ok(w.map(<[u8]>::to_vec));
-        }
-        if self.isolation == Isolation::Serializable {
-            self.reads.insert(key.to_vec());
-        }
-        self.inner.view().get(key, self.snapshot)
+        self.read(None, key.as_ref(), false)
     }
 
     /// `get`, and the commit fails if another commit writes `key` after
@@ -250,14 +267,7 @@ impl Transaction {
     /// read-modify-write under snapshot isolation (prevents write skew on
     /// that key).
     pub fn get_for_update(&mut self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
-        self.check_open()?;
-        let key = key.as_ref();
-        check_key(key)?;
-        self.locked.insert(key.to_vec());
-        if let Some(w) = self.writes.get(key) {
-            return Ok(w.map(<[u8]>::to_vec));
-        }
-        self.inner.view().get(key, self.snapshot)
+        self.read(None, key.as_ref(), true)
     }
 
     /// Buffers a put. Checked against the documented limits now: for a
@@ -265,27 +275,130 @@ impl Transaction {
     /// written again counts once).
     pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
         self.check_open()?;
-        self.writes.put(key.as_ref(), value.as_ref())
+        self.writes.put(DEFAULT_ID, key.as_ref(), value.as_ref())
     }
 
     /// Buffers a delete.
     pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
         self.check_open()?;
-        self.writes.delete(key.as_ref())
+        self.writes.delete(DEFAULT_ID, key.as_ref())
     }
 
     /// Keys and values in `range` as this transaction sees them (its own
     /// writes merged over the snapshot), in key order. In serializable
     /// mode the whole range is checked at commit (phantoms included).
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&mut self, range: R) -> Result<TxnIter> {
+        self.scan(None, range)
+    }
+
+    /// `get` in keyspace `ks`. A transaction reads every keyspace at its
+    /// one snapshot, and checks keys per keyspace.
+    pub fn get_in(&mut self, ks: &Keyspace, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        self.read(Some(ks), key.as_ref(), false)
+    }
+
+    /// `get_for_update` in keyspace `ks`.
+    pub fn get_for_update_in(
+        &mut self,
+        ks: &Keyspace,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<Vec<u8>>> {
+        self.read(Some(ks), key.as_ref(), true)
+    }
+
+    /// Buffers a put in keyspace `ks`. The commit writes every keyspace
+    /// the transaction wrote to atomically.
+    pub fn put_in(
+        &mut self,
+        ks: &Keyspace,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> Result<()> {
         self.check_open()?;
+        self.note(ks)?;
+        self.writes.put(ks.id(), key.as_ref(), value.as_ref())
+    }
+
+    /// Buffers a delete in keyspace `ks`.
+    pub fn delete_in(&mut self, ks: &Keyspace, key: impl AsRef<[u8]>) -> Result<()> {
+        self.check_open()?;
+        self.note(ks)?;
+        self.writes.delete(ks.id(), key.as_ref())
+    }
+
+    /// `range` in keyspace `ks`.
+    pub fn range_in<K: AsRef<[u8]>, R: RangeBounds<K>>(
+        &mut self,
+        ks: &Keyspace,
+        range: R,
+    ) -> Result<TxnIter> {
+        self.scan(Some(ks), range)
+    }
+
+    /// Every key of keyspace `ks`, as this transaction sees it.
+    pub fn iter_in(&mut self, ks: &Keyspace) -> Result<TxnIter> {
+        self.scan::<&[u8], _>(Some(ks), ..)
+    }
+
+    /// Remembers a keyspace written to, checked to belong to this
+    /// database.
+    fn note(&mut self, ks: &Keyspace) -> Result<()> {
+        ks.check_owner(&self.inner)?;
+        if !self.keyspaces.iter().any(|k| k.same(ks)) {
+            self.keyspaces.push(ks.clone());
+        }
+        Ok(())
+    }
+
+    /// A view holding keyspace `ks` (the default one if `None`), and its
+    /// id.
+    fn view_of(&self, ks: Option<&Keyspace>) -> Result<(ReadView, u32)> {
+        let view = self.inner.view();
+        let Some(ks) = ks else {
+            return Ok((view, DEFAULT_ID));
+        };
+        ks.check_owner(&self.inner)?;
+        ks.check_in(&view)?;
+        Ok((view, ks.id()))
+    }
+
+    /// A read of `key` in `ks`, recorded for the commit's check as
+    /// `for_update` and the isolation say.
+    fn read(
+        &mut self,
+        ks: Option<&Keyspace>,
+        key: &[u8],
+        for_update: bool,
+    ) -> Result<Option<Vec<u8>>> {
+        self.check_open()?;
+        check_key(key)?;
+        let (view, id) = self.view_of(ks)?;
+        if for_update {
+            self.locked.insert((id, key.to_vec()));
+        }
+        if let Some(w) = self.writes.get(id, key) {
+            return Ok(w.map(<[u8]>::to_vec));
+        }
+        if !for_update && self.isolation == Isolation::Serializable {
+            self.reads.insert((id, key.to_vec()));
+        }
+        view.get(id, key, self.snapshot)
+    }
+
+    fn scan<K: AsRef<[u8]>, R: RangeBounds<K>>(
+        &mut self,
+        ks: Option<&Keyspace>,
+        range: R,
+    ) -> Result<TxnIter> {
+        self.check_open()?;
+        let (view, id) = self.view_of(ks)?;
         let lo = owned(range.start_bound().map(|k| k.as_ref()));
         let hi = owned(range.end_bound().map(|k| k.as_ref()));
         if self.isolation == Isolation::Serializable {
-            self.ranges.push((lo.clone(), hi.clone()));
+            self.ranges.push((id, lo.clone(), hi.clone()));
         }
-        let own: Vec<OwnWrite> = self.writes.range(&lo, &hi);
-        let base = Iter::new(self.inner.view(), self.snapshot, lo, hi);
+        let own: Vec<OwnWrite> = self.writes.range(id, &lo, &hi);
+        let base = Iter::new(view, id, self.snapshot, lo, hi);
         Ok(TxnIter {
             base: base.peekable(),
             own: own.into_iter().peekable(),
@@ -321,7 +434,10 @@ impl Transaction {
         } else {
             keys.append(&mut self.reads);
         }
-        let batch = writes.into_batch();
+        let mut batch = writes.into_batch();
+        for ks in std::mem::take(&mut self.keyspaces) {
+            batch.note(&ks);
+        }
         let check = Validation {
             snapshot: self.snapshot,
             keys,

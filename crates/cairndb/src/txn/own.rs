@@ -44,7 +44,7 @@ pub(crate) struct OwnWrites {
     index: HashMap<u64, SmallVec<[u32; 1]>, BuildHasherDefault<PassThrough>>,
     /// Encoded bytes of ops a later op of the same key replaced.
     dead: usize,
-    hash: fn(&[u8]) -> u64,
+    hash: fn(u32, &[u8]) -> u64,
 }
 
 impl Default for OwnWrites {
@@ -59,6 +59,7 @@ impl Default for OwnWrites {
 fn op(rep: &[u8], at: u32) -> (Op<'_>, usize) {
     op_at(rep, at as usize).unwrap_or((
         Op {
+            keyspace: 0,
             kind: Kind::Delete,
             key: &[],
             value: &[],
@@ -71,7 +72,7 @@ fn op(rep: &[u8], at: u32) -> (Op<'_>, usize) {
 impl OwnWrites {
     /// With `hash` in place of the keys' fingerprint (xxh3): tests force
     /// collisions with it.
-    fn with_hash(hash: fn(&[u8]) -> u64) -> Self {
+    fn with_hash(hash: fn(u32, &[u8]) -> u64) -> Self {
         OwnWrites {
             batch: None,
             index: HashMap::default(),
@@ -90,40 +91,40 @@ impl OwnWrites {
         self.index.values().map(SmallVec::len).sum()
     }
 
-    /// The latest write of `key`: `Some(Some(value))` for a put,
-    /// `Some(None)` for a delete, `None` if the transaction did not write
-    /// it.
-    pub fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+    /// The latest write of `key` of `keyspace`: `Some(Some(value))` for
+    /// a put, `Some(None)` for a delete, `None` if the transaction did not
+    /// write it.
+    pub fn get(&self, keyspace: u32, key: &[u8]) -> Option<Option<&[u8]>> {
         let rep = &self.batch.as_ref()?.rep;
-        let slot = self.index.get(&(self.hash)(key))?;
+        let slot = self.index.get(&(self.hash)(keyspace, key))?;
         slot.iter().find_map(|&at| {
             let (op, _) = op(rep, at);
-            (op.key == key).then_some(match op.kind {
+            (op.keyspace == keyspace && op.key == key).then_some(match op.kind {
                 Kind::Put => Some(op.value),
                 Kind::Delete | Kind::Pointer => None,
             })
         })
     }
 
-    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+    pub fn put(&mut self, keyspace: u32, key: &[u8], value: &[u8]) -> Result<()> {
         crate::write::batch::check_value(value)?;
-        self.write(Kind::Put, key, value)
+        self.write(keyspace, Kind::Put, key, value)
     }
 
-    pub fn delete(&mut self, key: &[u8]) -> Result<()> {
-        self.write(Kind::Delete, key, &[])
+    pub fn delete(&mut self, keyspace: u32, key: &[u8]) -> Result<()> {
+        self.write(keyspace, Kind::Delete, key, &[])
     }
 
-    fn write(&mut self, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
+    fn write(&mut self, keyspace: u32, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
         let batch = self.batch.get_or_insert_with(WriteBatch::new);
-        let at = match batch.push(kind, key, value) {
+        let at = match batch.push(keyspace, kind, key, value) {
             Ok(at) => at,
             // At a batch limit, dropping the dead ops may make room.
             Err(e) if self.dead == 0 => return Err(e),
             Err(_) => {
                 self.compact();
                 let batch = self.batch.get_or_insert_with(WriteBatch::new);
-                batch.push(kind, key, value)?
+                batch.push(keyspace, kind, key, value)?
             }
         };
         // `WriteBatch` keeps a batch under `BATCH_BYTES_MAX`, which fits
@@ -133,8 +134,12 @@ impl OwnWrites {
             return Ok(());
         };
         let rep = &batch.rep;
-        let slot = self.index.entry((self.hash)(key)).or_default();
-        match slot.iter_mut().find(|o| op(rep, **o).0.key == key) {
+        let slot = self.index.entry((self.hash)(keyspace, key)).or_default();
+        let same = |o: &u32| {
+            let (op, _) = op(rep, *o);
+            op.keyspace == keyspace && op.key == key
+        };
+        match slot.iter_mut().find(|o| same(o)) {
             Some(old) => {
                 let (_, end) = op(rep, *old);
                 self.dead += end - *old as usize;
@@ -168,9 +173,9 @@ impl OwnWrites {
             let (op, _) = op(&old.rep, at);
             // Each op fitted in the old batch with the dead ones beside
             // it, so it fits in the new one.
-            if let Ok(at) = batch.push(op.kind, op.key, op.value) {
+            if let Ok(at) = batch.push(op.keyspace, op.kind, op.key, op.value) {
                 self.index
-                    .entry((self.hash)(op.key))
+                    .entry((self.hash)(op.keyspace, op.key))
                     .or_default()
                     .push(at as u32);
             }
@@ -186,9 +191,9 @@ impl OwnWrites {
         self.batch.unwrap_or_default()
     }
 
-    /// Copies of the latest writes of the keys between `lo` and `hi`, in
-    /// key order.
-    pub fn range(&self, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> Vec<OwnWrite> {
+    /// Copies of the latest writes of the keys of `keyspace` between `lo`
+    /// and `hi`, in key order.
+    pub fn range(&self, keyspace: u32, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> Vec<OwnWrite> {
         let Some(batch) = &self.batch else {
             return Vec::new();
         };
@@ -201,12 +206,9 @@ impl OwnWrites {
             .index
             .values()
             .flatten()
-            .map(|&at| {
-                let (op, _) = op(rep, at);
-                let value = (op.kind == Kind::Put).then_some(op.value);
-                (op.key, value)
-            })
-            .filter(|(k, _)| within.contains(*k))
+            .map(|&at| op(rep, at).0)
+            .filter(|op| op.keyspace == keyspace && within.contains(op.key))
+            .map(|op| (op.key, (op.kind == Kind::Put).then_some(op.value)))
             .collect();
         own.sort_unstable_by(|a, b| a.0.cmp(b.0));
         own.into_iter()
@@ -223,7 +225,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     /// A hash under which every few keys collide.
-    fn clumsy(key: &[u8]) -> u64 {
+    fn clumsy(_keyspace: u32, key: &[u8]) -> u64 {
         key.iter().map(|&b| u64::from(b)).sum::<u64>() % 3
     }
 
@@ -252,17 +254,17 @@ mod tests {
                 match rng.random_range(0..10) {
                     0..=4 => {
                         let value = format!("v{i}").repeat(rng.random_range(0..3));
-                        own.put(&key, value.as_bytes()).expect("put");
+                        own.put(0, &key, value.as_bytes()).expect("put");
                         model.insert(key, Some(value.into_bytes()));
                     }
                     5 | 6 => {
-                        own.delete(&key).expect("delete");
+                        own.delete(0, &key).expect("delete");
                         model.insert(key, None);
                     }
                     7 => own.compact(),
                     8 => {
                         let want = model.get(&key).map(|v| v.as_deref());
-                        assert_eq!(own.get(&key), want, "seed {seed} get {key:?}");
+                        assert_eq!(own.get(0, &key), want, "seed {seed} get {key:?}");
                     }
                     _ => {
                         let (lo, hi) = (bound(&mut rng), bound(&mut rng));
@@ -275,7 +277,7 @@ mod tests {
                             .filter(|(k, _)| within.contains(k.as_slice()))
                             .map(|(k, v)| (k.clone(), v.clone()))
                             .collect();
-                        assert_eq!(own.range(&lo, &hi), want, "seed {seed} range");
+                        assert_eq!(own.range(0, &lo, &hi), want, "seed {seed} range");
                     }
                 }
             }
@@ -303,7 +305,7 @@ mod tests {
         let mut own = OwnWrites::default();
         let value = vec![7u8; 1000];
         for _ in 0..10_000 {
-            own.put(b"k", &value).expect("put");
+            own.put(0, b"k", &value).expect("put");
         }
         let held = own.batch.as_ref().map_or(0, WriteBatch::size_bytes);
         assert!(held < 4 * COMPACT_MIN, "{held} bytes buffered for one key");

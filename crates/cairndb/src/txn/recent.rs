@@ -50,9 +50,10 @@ impl Hasher for PassThrough {
     }
 }
 
-/// Fingerprint of a user key.
-pub(super) fn fingerprint(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
+/// Fingerprint of a user key of a keyspace (the keyspace id seeds the
+/// hash; seed 0 is plain xxh3).
+pub(super) fn fingerprint(keyspace: u32, key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(key, u64::from(keyspace))
 }
 
 pub(crate) struct RecentWrites {
@@ -81,10 +82,10 @@ impl RecentWrites {
         self.from = next;
     }
 
-    /// Notes that `key` was written at `seqno`.
-    pub fn record(&mut self, key: &[u8], seqno: u64) {
+    /// Notes that `key` of `keyspace` was written at `seqno`.
+    pub fn record(&mut self, keyspace: u32, key: &[u8], seqno: u64) {
         debug_assert!(seqno >= self.from);
-        let newest = self.map.entry(fingerprint(key)).or_insert(seqno);
+        let newest = self.map.entry(fingerprint(keyspace, key)).or_insert(seqno);
         *newest = (*newest).max(seqno);
     }
 
@@ -112,12 +113,12 @@ impl RecentWrites {
     /// `false` if `key` was certainly not written after `snapshot`;
     /// `true` if it may have been, or if the log does not reach back to
     /// `snapshot` (then only the exact lookup can tell).
-    pub fn may_have_changed(&self, key: &[u8], snapshot: u64) -> bool {
+    pub fn may_have_changed(&self, keyspace: u32, key: &[u8], snapshot: u64) -> bool {
         if snapshot.saturating_add(1) < self.from {
             return true;
         }
         self.map
-            .get(&fingerprint(key))
+            .get(&fingerprint(keyspace, key))
             .is_some_and(|&seqno| seqno > snapshot)
     }
 
@@ -135,22 +136,22 @@ mod tests {
     #[test]
     fn answers_for_covered_snapshots_only() {
         let mut r = RecentWrites::new(11);
-        r.record(b"a", 11);
-        r.record(b"b", 12);
-        r.record(b"a", 13);
+        r.record(0, b"a", 11);
+        r.record(0, b"b", 12);
+        r.record(0, b"a", 13);
         // Snapshot 10 is covered (every write after it is from 11 on).
-        assert!(r.may_have_changed(b"a", 10));
-        assert!(r.may_have_changed(b"b", 10));
-        assert!(!r.may_have_changed(b"c", 10));
+        assert!(r.may_have_changed(0, b"a", 10));
+        assert!(r.may_have_changed(0, b"b", 10));
+        assert!(!r.may_have_changed(0, b"c", 10));
         // Newest write wins: "a" changed after 12, "b" did not.
-        assert!(r.may_have_changed(b"a", 12));
-        assert!(!r.may_have_changed(b"b", 12));
-        assert!(!r.may_have_changed(b"a", 13));
+        assert!(r.may_have_changed(0, b"a", 12));
+        assert!(!r.may_have_changed(0, b"b", 12));
+        assert!(!r.may_have_changed(0, b"a", 13));
         // Snapshot 9 is not covered: seqno 10 may have written anything.
-        assert!(r.may_have_changed(b"c", 9));
+        assert!(r.may_have_changed(0, b"c", 9));
         r.reset(20);
-        assert!(r.may_have_changed(b"c", 18));
-        assert!(!r.may_have_changed(b"a", 19));
+        assert!(r.may_have_changed(0, b"c", 18));
+        assert!(!r.may_have_changed(0, b"a", 19));
     }
 
     #[test]
@@ -160,7 +161,7 @@ mod tests {
         let mut most = 0;
         for _ in 0..2_000 {
             for _ in 0..100 {
-                r.record(&s.to_be_bytes(), s);
+                r.record(0, &s.to_be_bytes(), s);
                 s += 1;
             }
             // The oldest pin trails the newest write by 1,000 seqnos.
@@ -174,9 +175,9 @@ mod tests {
             r.map.capacity()
         );
         // What the pins may still ask about is there.
-        assert!(r.may_have_changed(&(s - 1).to_be_bytes(), s - 1_000));
-        assert!(r.may_have_changed(&(s - 999).to_be_bytes(), s - 1_000));
-        assert!(!r.may_have_changed(&(s - 1_000).to_be_bytes(), s - 1_000));
+        assert!(r.may_have_changed(0, &(s - 1).to_be_bytes(), s - 1_000));
+        assert!(r.may_have_changed(0, &(s - 999).to_be_bytes(), s - 1_000));
+        assert!(!r.may_have_changed(0, &(s - 1_000).to_be_bytes(), s - 1_000));
     }
 
     #[test]
@@ -184,21 +185,21 @@ mod tests {
         let mut r = RecentWrites::new(1);
         let n = RECENT_KEYS_MAX as u64 + 10;
         for s in 1..=n {
-            r.record(&s.to_be_bytes(), s);
+            r.record(0, &s.to_be_bytes(), s);
         }
         // Pins at n - 100: only the newest 100 writes are still needed.
         r.bound(|| n - 100, n + 1);
         assert_eq!(r.len(), 100);
-        assert!(r.may_have_changed(&n.to_be_bytes(), n - 100));
-        assert!(!r.may_have_changed(&(n - 100).to_be_bytes(), n - 100));
+        assert!(r.may_have_changed(0, &n.to_be_bytes(), n - 100));
+        assert!(!r.may_have_changed(0, &(n - 100).to_be_bytes(), n - 100));
         // A pin at 0 keeps everything: the log is cleared and moves on.
         for s in n + 1..=n + RECENT_KEYS_MAX as u64 {
-            r.record(&s.to_be_bytes(), s);
+            r.record(0, &s.to_be_bytes(), s);
         }
         let next = n + RECENT_KEYS_MAX as u64 + 1;
         r.bound(|| 0, next);
         assert_eq!(r.len(), 0);
-        assert!(r.may_have_changed(b"anything", 5), "not covered: exact");
-        assert!(!r.may_have_changed(b"anything", next - 1));
+        assert!(r.may_have_changed(0, b"anything", 5), "not covered: exact");
+        assert!(!r.may_have_changed(0, b"anything", next - 1));
     }
 }

@@ -20,6 +20,7 @@ pub mod streams;
 use crate::format::key;
 use crate::format::manifest::{Edit, TableRecord};
 use crate::io::Fs;
+use crate::keyspace::Registry;
 use crate::limits::LEVELS;
 use crate::sync;
 use crate::sync::atomic::{AtomicBool, Ordering};
@@ -161,6 +162,8 @@ impl Removed {
 
 /// A live table file.
 pub struct TableFile {
+    /// The keyspace it belongs to.
+    pub keyspace: u32,
     pub number: u64,
     pub size: u64,
     pub entries: u64,
@@ -174,6 +177,7 @@ pub struct TableFile {
 impl TableFile {
     pub fn new(rec: &TableRecord, reaper: Arc<Reaper>) -> Self {
         TableFile {
+            keyspace: rec.keyspace,
             number: rec.number,
             size: rec.size,
             entries: rec.entries,
@@ -190,16 +194,27 @@ impl TableFile {
     pub fn largest_user(&self) -> &[u8] {
         key::user_key(&self.largest)
     }
-    /// True if `user_key` is inside this table's key range.
-    pub fn covers(&self, user_key: &[u8]) -> bool {
-        self.smallest_user() <= user_key && user_key <= self.largest_user()
+    /// True if `user_key` of `keyspace` is inside this table's key range.
+    pub fn covers(&self, keyspace: u32, user_key: &[u8]) -> bool {
+        self.keyspace == keyspace
+            && self.smallest_user() <= user_key
+            && user_key <= self.largest_user()
     }
-    /// True if this table's range intersects `[lo, hi]` (user keys).
-    pub fn overlaps(&self, lo: &[u8], hi: &[u8]) -> bool {
-        !(self.largest_user() < lo || self.smallest_user() > hi)
+    /// True if this table is of `keyspace` and its range intersects
+    /// `[lo, hi]` (user keys).
+    pub fn overlaps(&self, keyspace: u32, lo: &[u8], hi: &[u8]) -> bool {
+        self.keyspace == keyspace && !(self.largest_user() < lo || self.smallest_user() > hi)
+    }
+    /// Order of tables within a level of 1 and deeper: by keyspace, then
+    /// smallest key.
+    pub fn order(&self, other: &TableFile) -> std::cmp::Ordering {
+        self.keyspace
+            .cmp(&other.keyspace)
+            .then_with(|| key::compare(&self.smallest, &other.smallest))
     }
     pub fn record(&self, level: usize) -> TableRecord {
         TableRecord {
+            keyspace: self.keyspace,
             level,
             number: self.number,
             size: self.size,
@@ -228,8 +243,12 @@ impl Drop for TableFile {
 /// into.
 #[derive(Clone, Default)]
 pub struct Version {
+    /// Level 0 in flush order; deeper levels ordered by keyspace, then
+    /// key (`TableFile::order`).
     pub levels: [Vec<sync::Arc<TableFile>>; LEVELS],
     pub segments: BTreeMap<u64, SegmentLive>,
+    /// The keyspaces that exist (the default one aside).
+    pub keyspaces: Arc<Registry>,
 }
 
 impl Version {
@@ -239,6 +258,12 @@ impl Version {
     /// (removes a table that is not there), which means a damaged manifest.
     pub fn apply(&self, edit: &Edit, reaper: &Arc<Reaper>) -> Result<(Version, Removed), String> {
         let mut v = self.clone();
+        if !(edit.keyspaces.is_empty()
+            && edit.dropped_keyspaces.is_empty()
+            && edit.next_keyspace.is_none())
+        {
+            v.keyspaces = Arc::new(self.keyspaces.apply(edit)?);
+        }
         let mut removed = Vec::new();
         for &(level, number) in &edit.removed {
             let files = &mut v.levels[level];
@@ -251,6 +276,14 @@ impl Version {
         for rec in &edit.added {
             // A table removed and added by the same edit moved level: it
             // keeps its handle and is not obsolete.
+            // A compaction that began before its keyspace was dropped
+            // still installs its outputs; the drop's removal takes them.
+            if !v.keyspaces.exists(rec.keyspace) && !v.keyspaces.dropped(rec.keyspace) {
+                return Err(format!(
+                    "edit adds table {} to keyspace {}, which was never created",
+                    rec.number, rec.keyspace
+                ));
+            }
             let file = match removed.iter().position(|f| f.number == rec.number) {
                 Some(i) => removed.swap_remove(i),
                 None => sync::Arc::new(TableFile::new(rec, reaper.clone())),
@@ -259,7 +292,7 @@ impl Version {
         }
         v.levels[0].sort_by_key(|f| f.number);
         for level in v.levels.iter_mut().skip(1) {
-            level.sort_by(|a, b| key::compare(&a.smallest, &b.smallest));
+            level.sort_by(|a, b| a.order(b));
         }
         for &(number, bytes) in &edit.value_live {
             let seg = v.segments.entry(number).or_insert_with(|| SegmentLive {
@@ -331,25 +364,75 @@ impl Version {
             e.added.extend(files.iter().map(|f| f.record(level)));
         }
         e.value_live = self.segments.iter().map(|(&n, s)| (n, s.live)).collect();
+        e.keyspaces = self.keyspaces.iter().map(|k| (**k).clone()).collect();
+        let next = self.keyspaces.next_id();
+        e.next_keyspace = (next > 1).then_some(next);
         e
+    }
+
+    /// Level-0 tables of the keyspace that has the most: how deep level 0
+    /// is for a read. A flush writes one table per keyspace it holds, so
+    /// this, not the count of all level-0 tables, is what triggers
+    /// compaction and slows writers.
+    pub fn l0_depth(&self) -> usize {
+        let mut per: BTreeMap<u32, usize> = BTreeMap::new();
+        for f in &self.levels[0] {
+            *per.entry(f.keyspace).or_default() += 1;
+        }
+        per.into_values().max().unwrap_or(0)
+    }
+
+    /// The tables of keyspaces that were dropped, with their levels: what
+    /// the compaction thread removes.
+    pub fn dropped_tables(&self) -> Vec<(usize, sync::Arc<TableFile>)> {
+        let mut out = Vec::new();
+        for (level, files) in self.levels.iter().enumerate() {
+            for f in files {
+                if self.keyspaces.dropped(f.keyspace) {
+                    out.push((level, f.clone()));
+                }
+            }
+        }
+        out
     }
 
     pub fn level_bytes(&self, level: usize) -> u64 {
         self.levels[level].iter().map(|f| f.size).sum()
     }
 
-    /// The table of `level` (>= 1) whose range may hold `user_key`.
-    pub fn find(&self, level: usize, user_key: &[u8]) -> Option<&sync::Arc<TableFile>> {
+    /// The table of `level` (>= 1) whose range may hold `user_key` of
+    /// `keyspace`.
+    pub fn find(
+        &self,
+        level: usize,
+        keyspace: u32,
+        user_key: &[u8],
+    ) -> Option<&sync::Arc<TableFile>> {
         let files = &self.levels[level];
-        let i = files.partition_point(|f| f.largest_user() < user_key);
-        files.get(i).filter(|f| f.smallest_user() <= user_key)
+        let i = files.partition_point(|f| (f.keyspace, f.largest_user()) < (keyspace, user_key));
+        files.get(i).filter(|f| f.covers(keyspace, user_key))
     }
 
-    /// Tables of `level` intersecting the user-key range `[lo, hi]`.
-    pub fn overlapping(&self, level: usize, lo: &[u8], hi: &[u8]) -> Vec<sync::Arc<TableFile>> {
+    /// The tables of `level` (>= 1) of `keyspace`, in key order.
+    pub fn level_of(&self, level: usize, keyspace: u32) -> &[sync::Arc<TableFile>] {
+        let files = &self.levels[level];
+        let lo = files.partition_point(|f| f.keyspace < keyspace);
+        let hi = files.partition_point(|f| f.keyspace <= keyspace);
+        &files[lo..hi]
+    }
+
+    /// Tables of `level` of `keyspace` intersecting the user-key range
+    /// `[lo, hi]`.
+    pub fn overlapping(
+        &self,
+        level: usize,
+        keyspace: u32,
+        lo: &[u8],
+        hi: &[u8],
+    ) -> Vec<sync::Arc<TableFile>> {
         self.levels[level]
             .iter()
-            .filter(|f| f.overlaps(lo, hi))
+            .filter(|f| f.overlaps(keyspace, lo, hi))
             .cloned()
             .collect()
     }
@@ -362,11 +445,15 @@ impl Version {
         self.levels.iter().flatten().map(|f| f.number)
     }
 
-    /// Checks the level invariants (sorted, non-overlapping in L1+).
+    /// Checks the level invariants (sorted by keyspace, non-overlapping
+    /// within a keyspace in L1+).
     pub fn check(&self) -> Result<(), String> {
         for (level, files) in self.levels.iter().enumerate().skip(1) {
             for w in files.windows(2) {
-                if w[0].largest_user() >= w[1].smallest_user() {
+                if w[0].keyspace > w[1].keyspace
+                    || (w[0].keyspace == w[1].keyspace
+                        && w[0].largest_user() >= w[1].smallest_user())
+                {
                     return Err(format!(
                         "level {level}: tables {} and {} overlap",
                         w[0].number, w[1].number
@@ -400,6 +487,7 @@ mod loom_model {
     fn record(level: usize, number: u64, lo: &[u8], hi: &[u8]) -> TableRecord {
         let ikey = |k: &[u8]| key::encode(k, key::make_tag(number, Kind::Put as u8));
         TableRecord {
+            keyspace: 0,
             level,
             number,
             size: 100,

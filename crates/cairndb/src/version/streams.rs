@@ -27,6 +27,7 @@ use crate::format::batch as codec;
 use crate::format::key::Kind;
 use crate::format::vptr::{ValuePtr, padding};
 use crate::io::FileWrite;
+use crate::keyspace::Separation;
 use crate::sync::Mutex;
 use crate::version::Reaper;
 use crate::version::files;
@@ -118,18 +119,17 @@ impl Streams {
         self.parts.iter().filter_map(|p| p.segment.get())
     }
 
-    /// `rep` (a batch payload) with each put of at least `min` bytes
-    /// replaced by a pointer op to its value, appended to its partition's
-    /// stream; `None` if no value was placed (the batch goes as it is).
-    /// A value that cannot be appended (a full device, a failed write)
-    /// stays inline: the journal append then decides the write's fate.
-    pub fn place(&self, rep: &[u8], min: usize) -> Option<Vec<u8>> {
+    /// `rep` (a batch payload) with each put of at least its keyspace's
+    /// threshold (`rule`) replaced by a pointer op to its value, appended
+    /// to its partition's stream; `None` if no value was placed (the batch
+    /// goes as it is). A value that cannot be appended (a full device, a
+    /// failed write) stays inline: the journal append then decides the
+    /// write's fate.
+    pub fn place(&self, rep: &[u8], rule: &Separation) -> Option<Vec<u8>> {
         let decoded = codec::decode(rep).ok()?;
-        if !decoded
-            .ops
-            .iter()
-            .any(|op| op.kind == Kind::Put && op.value.len() >= min)
-        {
+        let separated =
+            |op: &codec::Op| op.kind == Kind::Put && op.value.len() >= rule.min(op.keyspace);
+        if !decoded.ops.iter().any(separated) {
             return None;
         }
         let mut out = Vec::with_capacity(rep.len().min(64 << 10));
@@ -137,16 +137,15 @@ impl Streams {
         let mut encoded = Vec::with_capacity(crate::format::vptr::VPTR_LEN_MAX);
         let mut any = false;
         for op in &decoded.ops {
-            if op.kind == Kind::Put
-                && op.value.len() >= min
+            if separated(op)
                 && let Some(ptr) = self.append(op.key, op.value)
             {
                 encoded.clear();
                 ptr.encode(&mut encoded);
-                codec::push_op(&mut out, Kind::Pointer, op.key, &encoded);
+                codec::push_op(&mut out, op.keyspace, Kind::Pointer, op.key, &encoded);
                 any = true;
             } else {
-                codec::push_op(&mut out, op.kind, op.key, op.value);
+                codec::push_op(&mut out, op.keyspace, op.kind, op.key, op.value);
             }
         }
         any.then_some(out)
@@ -291,11 +290,17 @@ mod tests {
         (fs, Streams::new(&reaper, 5, 10, bounds))
     }
 
+    /// Values of at least `min` bytes are separated, in every keyspace.
+    fn rule(min: usize) -> Separation {
+        Separation::new(min, Default::default())
+    }
+
     fn batch(ops: &[(&str, usize)]) -> Vec<u8> {
         let mut rep = codec::new_payload();
         for (key, len) in ops {
             codec::push_op(
                 &mut rep,
+                0,
                 Kind::Put,
                 key.as_bytes(),
                 &vec![key.as_bytes()[0]; *len],
@@ -309,7 +314,7 @@ mod tests {
     fn values_go_to_their_key_range_and_small_ones_stay() {
         let (fs, s) = streams(&["m"]);
         let rep = batch(&[("a", 4096), ("b", 10), ("z", 5000)]);
-        let placed = s.place(&rep, 1024).expect("two values placed");
+        let placed = s.place(&rep, &rule(1024)).expect("two values placed");
         let ops = codec::decode(&placed).expect("decodes").ops;
         assert_eq!(ops[0].kind, Kind::Pointer);
         assert_eq!(ops[1].kind, Kind::Put);
@@ -327,19 +332,21 @@ mod tests {
         };
         assert!(a.matches(&read(&a)) && z.matches(&read(&z)));
         // The second 4 KiB value of a stream starts on a page.
-        let again = s.place(&batch(&[("c", 4096)]), 1024).expect("placed");
+        let again = s
+            .place(&batch(&[("c", 4096)]), &rule(1024))
+            .expect("placed");
         let c = ValuePtr::decode(codec::decode(&again).expect("decodes").ops[0].value)
             .expect("pointer");
         assert_eq!(c.offset % 4096, 0);
-        assert!(s.place(&batch(&[("a", 100)]), 1024).is_none());
+        assert!(s.place(&batch(&[("a", 100)]), &rule(1024)).is_none());
     }
 
     #[test]
     fn a_sealed_set_places_nothing() {
         let (_fs, s) = streams(&[]);
-        assert!(s.place(&batch(&[("a", 2000)]), 1024).is_some());
+        assert!(s.place(&batch(&[("a", 2000)]), &rule(1024)).is_some());
         s.seal().expect("seal");
-        assert!(s.place(&batch(&[("a", 2000)]), 1024).is_none());
+        assert!(s.place(&batch(&[("a", 2000)]), &rule(1024)).is_none());
     }
 
     /// Blocks a stream reserved ahead of its appends are given back when
@@ -358,7 +365,8 @@ mod tests {
             Box::new(|_| {}),
         ));
         let s = Streams::new(&reaper, 5, 10, Vec::new());
-        s.place(&batch(&[("a", 4096)]), 1024).expect("placed");
+        s.place(&batch(&[("a", 4096)]), &rule(1024))
+            .expect("placed");
         let path = files::stream(tmp.path(), 10);
         let blocks = || std::fs::metadata(&path).expect("stat").blocks() * 512;
         let reserved = blocks();
@@ -375,7 +383,7 @@ mod tests {
         let (_fs, s) = streams(&[]);
         for i in 0..1000u32 {
             let key = format!("{i:04}");
-            s.place(&batch(&[(key.as_str(), 1024)]), 1024)
+            s.place(&batch(&[(key.as_str(), 1024)]), &rule(1024))
                 .expect("placed");
         }
         let bounds = s.next_bounds(4);

@@ -3,7 +3,7 @@
 use crate::format::batch as codec;
 use crate::format::key::Kind;
 use crate::limits::{BATCH_BYTES_MAX, BATCH_OPS_MAX, KEY_LEN_MAX, VALUE_LEN_MAX};
-use crate::{Error, Result};
+use crate::{Error, Keyspace, Result};
 
 /// Puts and deletes applied atomically by `Db::write`: after any crash
 /// either all of them are visible or none. Later operations on the same key
@@ -13,6 +13,8 @@ use crate::{Error, Result};
 pub struct WriteBatch {
     pub(crate) rep: Vec<u8>,
     count: u32,
+    /// Handles of the keyspaces (other than the default) it writes to.
+    keyspaces: Vec<Keyspace>,
 }
 
 impl Default for WriteBatch {
@@ -57,6 +59,7 @@ impl WriteBatch {
         WriteBatch {
             rep: codec::new_payload(),
             count: 0,
+            keyspaces: Vec::new(),
         }
     }
 
@@ -66,17 +69,59 @@ impl WriteBatch {
     pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
         let (key, value) = (key.as_ref(), value.as_ref());
         check_value(value)?;
-        self.push(Kind::Put, key, value).map(drop)
+        self.push(0, Kind::Put, key, value).map(drop)
     }
 
     /// Adds a delete (a no-op for a missing key).
     pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
-        self.push(Kind::Delete, key.as_ref(), &[]).map(drop)
+        self.push(0, Kind::Delete, key.as_ref(), &[]).map(drop)
     }
 
-    /// Appends an op (a put's value already checked); returns the offset
-    /// in `rep` where it starts (`format::batch::op_at` reads it back).
-    pub(crate) fn push(&mut self, kind: Kind, key: &[u8], value: &[u8]) -> Result<usize> {
+    /// Adds a put to keyspace `ks`. A batch may hold ops of several
+    /// keyspaces (of one database): they commit together or not at all.
+    pub fn put_in(
+        &mut self,
+        ks: &Keyspace,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> Result<()> {
+        let (key, value) = (key.as_ref(), value.as_ref());
+        check_value(value)?;
+        self.push(ks.id(), Kind::Put, key, value)?;
+        self.note(ks);
+        Ok(())
+    }
+
+    /// Adds a delete to keyspace `ks`.
+    pub fn delete_in(&mut self, ks: &Keyspace, key: impl AsRef<[u8]>) -> Result<()> {
+        self.push(ks.id(), Kind::Delete, key.as_ref(), &[])?;
+        self.note(ks);
+        Ok(())
+    }
+
+    /// Remembers that the batch writes to `ks`, so that a write checks the
+    /// keyspace still exists and belongs to the database written to.
+    pub(crate) fn note(&mut self, ks: &Keyspace) {
+        if !self.keyspaces.iter().any(|k| k.same(ks)) {
+            self.keyspaces.push(ks.clone());
+        }
+    }
+
+    /// The keyspaces other than the default one the batch writes to.
+    pub(crate) fn keyspaces(&self) -> &[Keyspace] {
+        &self.keyspaces
+    }
+
+    /// Appends an op of keyspace `keyspace` (a put's value already
+    /// checked); returns the offset in `rep` where it starts
+    /// (`format::batch::op_at` reads it back).
+    pub(crate) fn push(
+        &mut self,
+        keyspace: u32,
+        kind: Kind,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<usize> {
         check_key(key)?;
         if self.count as usize >= BATCH_OPS_MAX {
             return Err(Error::LimitExceeded {
@@ -85,7 +130,7 @@ impl WriteBatch {
                 max: BATCH_OPS_MAX as u64,
             });
         }
-        let grown = self.rep.len() + key.len() + value.len() + 21;
+        let grown = self.rep.len() + key.len() + value.len() + 26;
         if grown > BATCH_BYTES_MAX {
             return Err(Error::LimitExceeded {
                 what: "batch bytes",
@@ -94,7 +139,7 @@ impl WriteBatch {
             });
         }
         let at = self.rep.len();
-        codec::push_op(&mut self.rep, kind, key, value);
+        codec::push_op(&mut self.rep, keyspace, kind, key, value);
         self.count += 1;
         codec::set_count(&mut self.rep, self.count);
         Ok(at)

@@ -28,6 +28,7 @@ use crate::format::batch as codec;
 use crate::format::key::Kind;
 use crate::format::log::journal_seed;
 use crate::format::vptr::ValuePtr;
+use crate::keyspace::Separation;
 use crate::limits::{GROUP_BYTES_MAX, SEQNO_MAX};
 use crate::memtable::{MemWriter, Memtable};
 use crate::options::WriteOptions;
@@ -91,41 +92,49 @@ fn dup(r: &Result<()>) -> Result<()> {
 const OFFLOAD_OPS_MIN: u64 = 16;
 
 /// Which values an applied batch separates, and the journal they are in.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct Separate {
-    /// `Options::value_separation_min`.
-    pub min: usize,
+    /// Each keyspace's threshold, and which keyspaces exist.
+    pub rule: Separation,
     /// Number of the journal (segment) the batch was written to.
     pub segment: u64,
 }
 
 /// Inserts the ops of batch payload `rep` through `mem` with seqnos from
-/// `seqno` on; returns the next seqno. With `place` = (file offset of
-/// `rep`'s first byte in its journal, rule), values of at least `min`
-/// bytes go in as pointers to where they lie in the journal. With
+/// `seqno` on; returns the next seqno. `separate.rule` says which
+/// keyspaces exist: ops of a dropped keyspace take their seqnos but are
+/// left out. With `place` = the file offset of `rep`'s first byte in its
+/// journal, values of at least their keyspace's threshold go in as
+/// pointers to where they lie in the journal. With
 /// `recent`, each key is also recorded there for commit checks. Shared by
 /// commits and journal replay, so both build the same memtable.
 pub(crate) fn insert_batch(
     mem: &mut MemWriter<'_>,
     rep: &[u8],
     seqno: u64,
-    place: Option<(u64, &Separate)>,
+    separate: &Separate,
+    place: Option<u64>,
     mut recent: Option<&mut RecentWrites>,
 ) -> std::result::Result<u64, String> {
     let decoded = codec::decode(rep)?;
     let next = seqno + decoded.ops.len() as u64;
     let mut ptr = Vec::with_capacity(crate::format::vptr::VPTR_LEN_MAX);
     for (seqno, op) in (seqno..).zip(&decoded.ops) {
+        if !separate.rule.keeps(op.keyspace)? {
+            continue;
+        }
         if let Some(recent) = recent.as_deref_mut() {
-            recent.record(op.key, seqno);
+            recent.record(op.keyspace, op.key, seqno);
         }
         match place {
-            Some((at, rule)) if op.kind == Kind::Put && op.value.len() >= rule.min => {
+            Some(at)
+                if op.kind == Kind::Put && op.value.len() >= separate.rule.min(op.keyspace) =>
+            {
                 ptr.clear();
-                ValuePtr::to(rule.segment, at + op.value_at as u64, op.value).encode(&mut ptr);
-                mem.insert(op.key, seqno, Kind::Pointer, &ptr);
+                ValuePtr::to(separate.segment, at + op.value_at as u64, op.value).encode(&mut ptr);
+                mem.insert(op.keyspace, op.key, seqno, Kind::Pointer, &ptr);
             }
-            _ => mem.insert(op.key, seqno, op.kind, op.value),
+            _ => mem.insert(op.keyspace, op.key, seqno, op.kind, op.value),
         }
     }
     Ok(next)
@@ -241,14 +250,18 @@ impl Inserts {
             // comes from `first`), or for the split sabotage the caller's
             // copy with values kept inline.
             let (rep, place) = match at {
-                Some(Placed::Buf(r, at)) => (&self.buf[r.clone()], Some((*at, &self.separate))),
-                Some(Placed::Own(at)) => (
-                    p.rep_for(self.separate.segment),
-                    Some((*at, &self.separate)),
-                ),
+                Some(Placed::Buf(r, at)) => (&self.buf[r.clone()], Some(*at)),
+                Some(Placed::Own(at)) => (p.rep_for(self.separate.segment), Some(*at)),
                 None => (p.rep_for(self.separate.segment), None),
             };
-            insert_batch(&mut mem, rep, *first, place, recent.as_deref_mut())?;
+            insert_batch(
+                &mut mem,
+                rep,
+                *first,
+                &self.separate,
+                place,
+                recent.as_deref_mut(),
+            )?;
         }
         Ok(())
     }
@@ -285,14 +298,23 @@ impl Inner {
         check: Option<Validation>,
     ) -> Result<u64> {
         let count = batch.len() as u32;
+        if !batch.keyspaces().is_empty() {
+            let keyspaces = self.state.read().version.keyspaces.clone();
+            for ks in batch.keyspaces() {
+                ks.check_owner(self)?;
+                if !keyspaces.exists(ks.id()) {
+                    return Err(Error::KeyspaceDropped(ks.name().to_owned()));
+                }
+            }
+        }
         // Unsynced large values go to the value streams now, before the
         // queue: each writer appends its own, in parallel with the others.
         let placed = if !opts.sync && self.opts.value_partitions > 0 {
-            let streams = self.state.read().mem.streams().cloned();
-            streams.and_then(|s| {
-                s.place(&batch.rep, self.opts.value_separation_min)
-                    .map(|rep| (s.journal, rep))
-            })
+            let (streams, rule) = {
+                let s = self.state.read();
+                (s.mem.streams().cloned(), self.separation(&s.version))
+            };
+            streams.and_then(|s| s.place(&batch.rep, &rule).map(|rep| (s.journal, rep)))
         } else {
             None
         };
@@ -339,7 +361,7 @@ impl Inner {
         let committed = self.last_seqno.load(Ordering::Acquire);
         // The keys of the accepted members so far, borrowed from their
         // batches.
-        let mut written: BTreeSet<&[u8]> = BTreeSet::new();
+        let mut written: BTreeSet<(u32, &[u8])> = BTreeSet::new();
         // Members after the last checked one need no record of what the
         // members before them wrote.
         let last_checked = group.iter().rposition(|p| p.check.is_some());
@@ -358,7 +380,7 @@ impl Inner {
                         if last_checked.is_some_and(|last| i < last)
                             && let Ok(d) = codec::decode(&p.rep)
                         {
-                            written.extend(d.ops.iter().map(|op| op.key));
+                            written.extend(d.ops.iter().map(|op| (op.keyspace, op.key)));
                         }
                         true
                     }
@@ -396,11 +418,14 @@ impl Inner {
             journal.len(),
             "the journal moved while the group was encoded"
         );
+        let (mem, rule) = {
+            let s = self.state.read();
+            (s.mem.clone(), self.separation(&s.version))
+        };
         let separate = Separate {
-            min: self.opts.value_separation_min,
+            rule,
             segment: journal.number(),
         };
-        let mem = self.state.read().mem.clone();
         let inserts = Arc::new(Inserts::new(mem, records, &members, first, separate));
         // Once a transaction has begun, the group's keys are recorded in
         // the journal's recent-writes log for later commit checks (as they
