@@ -45,7 +45,8 @@ mod common;
 
 use common::env_u64;
 use common::plan::{
-    Model, Plan, Step, dir, first_difference, hot_key, model_of, options, plan, present_batches,
+    KEYSPACES, Plan, Step, dir, drop_and_remake, first_difference, get, hot_key, mkey, model_of,
+    open_keyspaces, options, plan, present_batches, read_all,
 };
 
 /// What the workload had acknowledged when an image was taken.
@@ -108,40 +109,54 @@ impl fmt::Display for Violation {
 
 /// The checks on one recovered database.
 fn check_db(db: &Db, plan: &Plan, at: Acked) -> Result<(), (Kind, String)> {
-    let rows: Vec<(Vec<u8>, Vec<u8>)> = db
-        .iter()
-        .map(|r| r.map(|kv| (kv.0, kv.1)))
-        .collect::<cairndb::Result<_>>()
-        .map_err(|e| (Kind::OpenFailed, format!("scan failed: {e}")))?;
-    let got: Model = rows.into_iter().collect();
+    let got = read_all(db).map_err(|e| (Kind::OpenFailed, format!("scan failed: {e}")))?;
     let issued = at.acked + 1;
     let present = present_batches(plan, &got).map_err(|d| (Kind::PartialBatch, d))?;
     if let Some(b) = present.iter().find(|&&b| b >= issued) {
         return Err((Kind::WrongData, format!("batch {b} was never issued")));
     }
-    let j = present.len();
-    if present.iter().enumerate().any(|(i, &b)| i != b) {
+    // The writes (drops have no keys of their own) present must be the
+    // first ones; everything up to the last of them is then present, and
+    // of the drops right after it, any first few.
+    let writes: Vec<usize> = (0..plan.batches.len())
+        .filter(|&b| plan.batches[b].drop.is_none())
+        .collect();
+    if present.iter().zip(&writes).any(|(p, w)| p != w) {
         return Err((Kind::Hole, format!("present batches {present:?}")));
     }
-    if j < at.durable {
-        return Err((
-            Kind::LostDurable,
-            format!("{j} batches survived, {} were durable", at.durable),
-        ));
+    let upto = present.last().map_or(0, |&b| b + 1);
+    let drops_after = plan.batches[upto..]
+        .iter()
+        .take_while(|b| b.drop.is_some())
+        .count();
+    // The longest prefix that matches (a drop of an empty keyspace
+    // changes nothing), which must hold every durable batch.
+    let mut mismatch = None;
+    for j in (upto..=upto + drops_after).rev().filter(|&j| j <= issued) {
+        let want = model_of(plan, &(0..j).collect::<Vec<_>>());
+        if got != want {
+            mismatch.get_or_insert((j, first_difference(&want, &got)));
+            continue;
+        }
+        if j < at.durable {
+            return Err((
+                Kind::LostDurable,
+                format!("{j} batches survived, {} were durable", at.durable),
+            ));
+        }
+        mismatch = None;
+        break;
     }
-    let want = model_of(plan, &present);
-    if got != want {
-        return Err((
-            Kind::WrongData,
-            format!("after {j} batches, {}", first_difference(&want, &got)),
-        ));
+    if let Some((j, d)) = mismatch {
+        return Err((Kind::WrongData, format!("after {j} batches, {d}")));
     }
     for k in (0..48).map(hot_key) {
-        let g = db
-            .get(&k)
-            .map_err(|e| (Kind::WrongData, format!("get: {e}")))?;
-        if g.as_ref() != want.get(&k) {
-            return Err((Kind::WrongData, format!("get {k:?} disagrees with scan")));
+        for slot in 0..=KEYSPACES.len() as u8 {
+            let k = mkey(slot, &k);
+            let g = get(db, &k).map_err(|e| (Kind::WrongData, format!("get: {e}")))?;
+            if g.as_ref() != got.get(&k) {
+                return Err((Kind::WrongData, format!("get {k:?} disagrees with scan")));
+            }
         }
     }
     Ok(())
@@ -367,8 +382,19 @@ fn explore(plan: &Plan, sabotage: Sabotage, torn_variants: u64, totals: &Totals)
                 }
             });
         }
-        let settled = run_plan(plan, &fs, sabotage, &acked, &durable);
+        // A panicking workload must still end the checkers (the hook
+        // holds a sender), or the scope would wait for them for ever.
+        let settled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_plan(plan, &fs, sabotage, &acked, &durable)
+        }));
         fs.set_hook(None);
+        let settled = match settled {
+            Ok(n) => n,
+            Err(p) => {
+                drop(tx);
+                std::panic::resume_unwind(p)
+            }
+        };
         totals.settle_steps.fetch_add(settled, Ordering::Relaxed);
         totals
             .workload_ops
@@ -387,8 +413,17 @@ fn run_plan(
     acked: &AtomicUsize,
     durable: &AtomicUsize,
 ) -> usize {
-    let open = || Db::open(dir(), options(plan, fs, sabotage)).expect("workload open");
-    let mut db = Some(open());
+    let open = || {
+        let db = Db::open(dir(), options(plan, fs, sabotage)).expect("workload open");
+        let spaces = if plan.keyspaces {
+            open_keyspaces(&db).expect("workload keyspaces")
+        } else {
+            Vec::new()
+        };
+        (db, spaces)
+    };
+    let (d, mut spaces) = open();
+    let mut db = Some(d);
     let mut settled = 0;
     for step in &plan.steps {
         let Some(d) = db.as_ref() else { break };
@@ -396,12 +431,18 @@ fn run_plan(
             Step::Write(b) => {
                 let batch = &plan.batches[*b];
                 let wo = WriteOptions { sync: batch.sync };
-                d.write(batch.to_write_batch(), &wo)
+                d.write(batch.to_write_batch(&spaces), &wo)
                     .expect("workload write");
                 acked.store(b + 1, Ordering::SeqCst);
                 if batch.sync {
                     durable.store(b + 1, Ordering::SeqCst);
                 }
+            }
+            Step::Drop(b) => {
+                let slot = plan.batches[*b].drop.expect("a drop");
+                spaces[usize::from(slot) - 1] = drop_and_remake(d, slot).expect("workload drop");
+                acked.store(b + 1, Ordering::SeqCst);
+                durable.store(b + 1, Ordering::SeqCst);
             }
             Step::Flush => {
                 let before = acked.load(Ordering::SeqCst);
@@ -425,7 +466,9 @@ fn run_plan(
                     d.close().expect("workload close");
                 }
                 durable.fetch_max(before, Ordering::SeqCst);
-                db = Some(open());
+                let (d, s) = open();
+                db = Some(d);
+                spaces = s;
             }
             Step::Read(k) => {
                 d.get(k).expect("workload get");

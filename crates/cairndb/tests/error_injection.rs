@@ -26,7 +26,8 @@ use cairndb::io::{Crash, Fault, FaultKind, MemFs, OpKind};
 use cairndb::{Db, Error, Sabotage, WriteOptions};
 use common::env_u64;
 use common::plan::{
-    Model, Plan, Step, dir, first_difference, model_of, options, plan, present_batches,
+    Model, Plan, Step, dir, first_difference, get, model_of, open_keyspaces, options, plan,
+    present_batches, read_all,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -62,6 +63,17 @@ fn run(plan: &Plan, fs: &MemFs, fault: Option<Fault>) -> Result<Outcome, String>
     let open = || Db::open(dir(), options(plan, fs, Sabotage::default()));
     let mut out = Outcome::default();
     let mut db = Some(open().map_err(|e| format!("first open: {e}"))?);
+    // Keyspaces are made before faults are armed; a later open finds them
+    // (their handles stay valid across reopens of the same database only
+    // through their names, so they are taken again after each).
+    let handles = |d: &Db| -> Result<Vec<cairndb::Keyspace>, String> {
+        if plan.keyspaces {
+            open_keyspaces(d).map_err(|e| format!("keyspaces: {e}"))
+        } else {
+            Ok(Vec::new())
+        }
+    };
+    let mut spaces = handles(db.as_ref().expect("open"))?;
     if let Some(f) = fault {
         fs.inject(f);
     }
@@ -77,13 +89,17 @@ fn run(plan: &Plan, fs: &MemFs, fault: Option<Fault>) -> Result<Outcome, String>
                 poisoned_at = None;
                 let d = open().map_err(|e| format!("step {s}: reopen without faults: {e}"))?;
                 adopt_recovered(plan, fs, &mut out).map_err(|e| format!("step {s}: {e}"))?;
+                spaces = handles(&d)?;
                 db.insert(d)
             }
         };
         let result: Result<(), Error> = match step {
             Step::Write(b) => {
                 let batch = &plan.batches[*b];
-                let r = d.write(batch.to_write_batch(), &WriteOptions { sync: batch.sync });
+                let r = d.write(
+                    batch.to_write_batch(&spaces),
+                    &WriteOptions { sync: batch.sync },
+                );
                 if r.is_ok() {
                     if poisoned_at.is_some() {
                         return Err(format!("step {s}: write acknowledged after poisoning"));
@@ -95,6 +111,9 @@ fn run(plan: &Plan, fs: &MemFs, fault: Option<Fault>) -> Result<Outcome, String>
                 }
                 r
             }
+            // Drops are covered by the crash-state test; here the
+            // keyspaces stay, so the model is the writes' alone.
+            Step::Drop(_) => Ok(()),
             Step::Flush => d.flush().inspect(|()| out.durable = out.acked.len()),
             Step::Compact => d.compact().inspect(|()| out.durable = out.acked.len()),
             Step::Settle => d.settle_now().map(drop),
@@ -107,6 +126,7 @@ fn run(plan: &Plan, fs: &MemFs, fault: Option<Fault>) -> Result<Outcome, String>
                     Ok(d) => {
                         adopt_recovered(plan, fs, &mut out)
                             .map_err(|e| format!("step {s}: {e}"))?;
+                        spaces = handles(&d)?;
                         db = Some(d);
                         poisoned_at = None;
                     }
@@ -170,7 +190,7 @@ fn run(plan: &Plan, fs: &MemFs, fault: Option<Fault>) -> Result<Outcome, String>
         {
             let want = model_of(plan, &out.acked);
             for (k, v) in &want {
-                match d.get(k) {
+                match get(d, k) {
                     Ok(g) if g.as_ref() == Some(v) => {}
                     Ok(g) => {
                         return Err(format!(
@@ -222,11 +242,7 @@ fn adopt_recovered(plan: &Plan, fs: &MemFs, out: &mut Outcome) -> Result<(), Str
     let copy = fs.fork();
     let db = Db::open(dir(), options(plan, &copy, Sabotage::default()))
         .map_err(|e| format!("opening a copy after reopen: {e}"))?;
-    let got: Model = db
-        .iter()
-        .map(|r| r.map(|kv| (kv.0, kv.1)))
-        .collect::<cairndb::Result<_>>()
-        .map_err(|e| format!("scan after reopen: {e}"))?;
+    let got: Model = read_all(&db).map_err(|e| format!("scan after reopen: {e}"))?;
     let present = present_batches(plan, &got)?;
     if let Some(b) = out.acked.iter().find(|b| !present.contains(b)) {
         return Err(format!("acknowledged batch {b} lost by a reopen"));
@@ -246,11 +262,7 @@ fn adopt_recovered(plan: &Plan, fs: &MemFs, out: &mut Outcome) -> Result<(), Str
 fn verify(plan: &Plan, fs: &MemFs, out: &Outcome, must: usize) -> Result<(), String> {
     let db = Db::open(dir(), options(plan, fs, Sabotage::default()))
         .map_err(|e| format!("reopen: {e}"))?;
-    let got: Model = db
-        .iter()
-        .map(|r| r.map(|kv| (kv.0, kv.1)))
-        .collect::<cairndb::Result<_>>()
-        .map_err(|e| format!("scan: {e}"))?;
+    let got: Model = read_all(&db).map_err(|e| format!("scan: {e}"))?;
     let present = present_batches(plan, &got)?;
     let acked_present = out.acked.iter().take_while(|b| present.contains(b)).count();
     if acked_present < must {
