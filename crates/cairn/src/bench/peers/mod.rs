@@ -68,6 +68,7 @@ pub(crate) fn roundtrip(name: &str) {
     let cfg = EngineConfig {
         cache_bytes: 8 << 20,
         write_buffer_bytes: 4 << 20,
+        ..EngineConfig::default()
     };
     let scan_all = |e: &dyn Engine, from: &[u8], limit: usize| {
         let mut seen = Vec::new();
