@@ -8,9 +8,13 @@
 //! scanwhilewriting (scanners of 1,000 keys from random places while one
 //! writer overwrites at 10,000 puts/s), deleterandom. Reads verify every value (`check_value`); readrandom and
 //! readseq also require every key to be present.
+//!
+//! Values are incompressible unless `--compressible` asks for values
+//! that compress to a ratio (`Fill`); `--compression` sets the engines'
+//! table compression.
 
 use super::{
-    Ctx, Outcome, Rng, Share, check_value, checked_scan, key_index, make_key, make_value, parallel,
+    Ctx, Fill, Outcome, Rng, Share, check_value, checked_scan, key_index, make_key, parallel,
     percentiles,
 };
 use crate::bench::device::DeviceLimits;
@@ -26,6 +30,9 @@ pub struct Config {
     pub threads: usize,
     pub key_len: usize,
     pub value_len: usize,
+    /// How values are filled: incompressible, or compressible
+    /// (`--compressible`).
+    pub fill: Fill,
     pub seed: u64,
 }
 
@@ -53,7 +60,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         "fillseq",
         "MB/s",
         write_limit.clone(),
-        |db, p| fill(db, p, (0..n).map(|i| (i, 0)), kl, vl),
+        |db, p| fill(db, p, (0..n).map(|i| (i, 0)), cfg),
     );
 
     ctx.fresh()?;
@@ -67,14 +74,20 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         "fillrandom",
         "MB/s",
         write_limit.clone(),
-        |db, p| fill(db, p, order.iter().map(|&i| (i, 0)), kl, vl),
+        |db, p| fill(db, p, order.iter().map(|&i| (i, 0)), cfg),
     );
     drop(order);
 
-    ctx.phase("dbbench", "overwrite", "MB/s", write_limit, |db, p| {
-        let mut rng = Rng::new(cfg.seed + 1);
-        fill(db, p, (0..n).map(|_| (rng.below(n), 1)), kl, vl)
-    });
+    ctx.phase(
+        "dbbench",
+        "overwrite",
+        "MB/s",
+        write_limit.clone(),
+        |db, p| {
+            let mut rng = Rng::new(cfg.seed + 1);
+            fill(db, p, (0..n).map(|_| (rng.below(n), 1)), cfg)
+        },
+    );
     ctx.flush_and_measure_space(n * entry)?;
 
     let threads = cfg.threads.max(1);
@@ -307,7 +320,7 @@ fn beside_writer(
                 let i = rng.below(n);
                 db.put(
                     &make_key(i, cfg.key_len),
-                    &make_value(i, version, cfg.value_len),
+                    &cfg.fill.value(i, version, cfg.value_len),
                 )?;
                 w += 1;
             }
@@ -335,13 +348,13 @@ fn fill(
     db: &Arc<dyn Engine>,
     p: &Arc<Progress>,
     keys: impl Iterator<Item = (u64, u32)>,
-    kl: usize,
-    vl: usize,
+    cfg: &Config,
 ) -> BenchResult<Outcome> {
+    let (kl, vl) = (cfg.key_len, cfg.value_len);
     let entry = (kl + vl) as u64;
     let mut n = 0u64;
     for (i, version) in keys {
-        db.put(&make_key(i, kl), &make_value(i, version, vl))?;
+        db.put(&make_key(i, kl), &cfg.fill.value(i, version, vl))?;
         n += 1;
         if n.is_multiple_of(TICK) {
             p.add(TICK, TICK * entry);
