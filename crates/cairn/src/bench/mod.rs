@@ -67,6 +67,9 @@ pub struct Row {
     pub write_amp: Option<f64>,
     /// Bytes on disk / live user bytes, after the phase.
     pub space_amp: Option<f64>,
+    /// What the database directory took on disk after the phase, where
+    /// measured (`Ctx::measure_disk`).
+    pub disk: Option<monitor::DiskUsage>,
     /// Peak resident set size of the process so far, bytes.
     pub peak_rss: Option<u64>,
     /// Longest second without progress during the phase, if any stalled.

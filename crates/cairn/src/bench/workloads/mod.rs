@@ -21,6 +21,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// Longest `Ctx::measure_disk` waits for a directory to stop shrinking.
+const DISK_SETTLE_MAX: Duration = Duration::from_secs(5);
+
 /// Everything a workload needs to run phases on one engine.
 pub struct Ctx {
     /// Engine name, as `engine::open` takes it.
@@ -150,6 +153,30 @@ impl Ctx {
         Ok(())
     }
 
+    /// Records in the last row what the database directory takes on
+    /// disk, once it has stopped shrinking (an engine may delete the
+    /// files a flush or compaction made obsolete after the call
+    /// returned; waits at most `DISK_SETTLE_MAX`), and that over
+    /// `live_bytes` as the row's space amplification. The caller flushes
+    /// or compacts first.
+    pub fn measure_disk(&mut self, live_bytes: u64) {
+        let deadline = Instant::now() + DISK_SETTLE_MAX;
+        let mut usage = monitor::dir_usage(&self.dir);
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = monitor::dir_usage(&self.dir);
+            if now.bytes >= usage.bytes {
+                usage = now;
+                break;
+            }
+            usage = now;
+        }
+        if let Some(row) = self.rows.last_mut() {
+            row.disk = Some(usage);
+            row.space_amp = Some(usage.bytes as f64 / live_bytes.max(1) as f64);
+        }
+    }
+
     /// Runs one phase under the monitor and records its row.
     pub fn phase(
         &mut self,
@@ -219,6 +246,7 @@ impl Ctx {
             limit,
             write_amp,
             space_amp: None,
+            disk: None,
             peak_rss: Some(stats.peak_rss),
             stalls: stats.stalled_seconds,
             latency_us: outcome.latency_us,
@@ -276,6 +304,7 @@ impl Ctx {
             m.stalls += r.stalls;
             m.peak_rss = m.peak_rss.max(r.peak_rss);
             m.space_amp = r.space_amp.or(m.space_amp);
+            m.disk = r.disk.or(m.disk);
             if m.failure.is_none() {
                 m.failure = r.failure;
             }
