@@ -21,8 +21,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// Longest `Ctx::measure_disk` waits for a directory to stop shrinking.
+/// Longest `Ctx::measure_disk` waits for a directory to stop changing.
 const DISK_SETTLE_MAX: Duration = Duration::from_secs(5);
+/// How long a directory's size must hold for `Ctx::measure_disk`.
+const DISK_STILL: Duration = Duration::from_secs(1);
 
 /// Everything a workload needs to run phases on one engine.
 pub struct Ctx {
@@ -154,20 +156,20 @@ impl Ctx {
     }
 
     /// Records in the last row what the database directory takes on
-    /// disk, once it has stopped shrinking (an engine may delete the
-    /// files a flush or compaction made obsolete after the call
-    /// returned; waits at most `DISK_SETTLE_MAX`), and that over
-    /// `live_bytes` as the row's space amplification. The caller flushes
-    /// or compacts first.
+    /// disk, once it has kept the same size for `DISK_STILL` (an engine
+    /// may delete the files a flush or compaction made obsolete after
+    /// the call returned; waits at most `DISK_SETTLE_MAX`), and that
+    /// over `live_bytes` as the row's space amplification. The caller
+    /// flushes or compacts first.
     pub fn measure_disk(&mut self, live_bytes: u64) {
         let deadline = Instant::now() + DISK_SETTLE_MAX;
         let mut usage = monitor::dir_usage(&self.dir);
-        while Instant::now() < deadline {
+        let mut since = Instant::now();
+        while Instant::now() < deadline && since.elapsed() < DISK_STILL {
             std::thread::sleep(Duration::from_millis(200));
             let now = monitor::dir_usage(&self.dir);
-            if now.bytes >= usage.bytes {
-                usage = now;
-                break;
+            if now != usage {
+                since = Instant::now();
             }
             usage = now;
         }
