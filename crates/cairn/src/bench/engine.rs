@@ -1,8 +1,9 @@
 //! Engines under test behind one trait, so every workload runs unchanged on
 //! CairnDB and on its peers.
 //!
-//! Fairness rules every adapter follows (docs/benchmarks.md): no
-//! compression; the journal/WAL on; the same cache budget
+//! Fairness rules every adapter follows (docs/benchmarks.md): the same
+//! table compression for every engine that has it (`EngineConfig::compression`,
+//! `--compression`; none by default); the journal/WAL on; the same cache budget
 //! (`EngineConfig::cache_bytes`); `sync` means the engine's own
 //! durable-on-return commit (fsync/fdatasync) and unsynced means it
 //! survives a process crash where the engine can promise that.
@@ -33,6 +34,9 @@ pub struct EngineConfig {
     pub cache_bytes: usize,
     /// Write buffer (memtable) size in bytes, where the engine has one.
     pub write_buffer_bytes: usize,
+    /// How engines that can compress their tables do (`--compression`);
+    /// engines without it ignore it and say so (`Engine::compression`).
+    pub compression: Compression,
 }
 
 impl Default for EngineConfig {
@@ -40,6 +44,37 @@ impl Default for EngineConfig {
         EngineConfig {
             cache_bytes: 64 << 20,
             write_buffer_bytes: 64 << 20,
+            compression: Compression::None,
+        }
+    }
+}
+
+/// Table compression asked of every engine that has it (`--compression`).
+/// Each adapter maps it to its engine's own setting, for table (data)
+/// blocks at every level; journals stay as each engine writes them
+/// uncompressed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Compression {
+    /// Nothing compressed: every run before the flag existed.
+    #[default]
+    None,
+    /// LZ4.
+    Lz4,
+    /// Zstandard at level `ZSTD_LEVEL`.
+    Zstd,
+}
+
+/// The Zstandard level `Compression::Zstd` asks for: RocksDB's and the
+/// zstd tool's default.
+pub const ZSTD_LEVEL: i32 = 3;
+
+impl Compression {
+    /// The name `--compression` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
         }
     }
 }
@@ -94,6 +129,13 @@ pub trait Engine: Send + Sync {
     fn index_memory(&self) -> Option<(f64, String)> {
         None
     }
+    /// What the engine says of its bytes on disk, for the note of a row
+    /// that measured them (CairnDB: its tables' and live separated
+    /// values' bytes, beside the journal and staging files the directory
+    /// also holds).
+    fn space_note(&self) -> Option<String> {
+        None
+    }
     /// What the engine reports about its scans (CairnDB: chunks shared
     /// scans read and waited for), for the note of a scan phase.
     fn scan_note(&self) -> Option<String> {
@@ -125,6 +167,11 @@ pub trait Engine: Send + Sync {
         let _ = limit;
         Ok(None)
     }
+    /// The compression the engine applies to its tables, for the
+    /// report: "none", "lz4", "zstd level 3", or why `--compression` was
+    /// not applied ("none: LMDB has no compression"). Every adapter
+    /// states it, so no engine's setting goes unreported.
+    fn compression(&self) -> String;
 }
 
 /// CairnDB variants, each an engine of its own in `--engines`:
@@ -206,6 +253,13 @@ pub fn cairn_options(
     let mut opts = cairndb::Options {
         block_cache_bytes: cfg.cache_bytes,
         memtable_bytes: cfg.write_buffer_bytes,
+        // Set whatever the engine's default, so that a run without
+        // `--compression` stays uncompressed.
+        compression: match cfg.compression {
+            Compression::None => cairndb::Compression::None,
+            Compression::Lz4 => cairndb::Compression::Lz4,
+            Compression::Zstd => cairndb::Compression::Zstd(ZSTD_LEVEL),
+        },
         ..cairndb::Options::default()
     };
     if let Some(min) = separation {
@@ -295,6 +349,10 @@ pub fn visit<K: AsRef<[u8]>, V: AsRef<[u8]>, E: Into<BenchError>>(
 pub struct CairnEngine {
     db: cairndb::Db,
     name: &'static str,
+    compression: cairndb::Compression,
+    /// `Options::value_separation_min`: values this long are separated
+    /// (and so not compressed).
+    separation_min: usize,
     /// Whether the database settles values while idle.
     settles_when_idle: bool,
 }
@@ -309,6 +367,8 @@ impl CairnEngine {
             settles_when_idle: opts.settle_after_idle.is_some()
                 && opts.background_compaction
                 && opts.value_gc_live_ratio > 0.0,
+            compression: opts.compression,
+            separation_min: opts.value_separation_min,
             db: cairndb::Db::open(dir, opts)?,
             name,
         })
@@ -401,6 +461,32 @@ impl Engine for CairnEngine {
             bytes = now;
         }
         Ok(Some(true))
+    }
+    fn compression(&self) -> String {
+        let what = match self.compression {
+            cairndb::Compression::None => return "none".to_owned(),
+            cairndb::Compression::Lz4 => "lz4".to_owned(),
+            cairndb::Compression::Zstd(level) => format!("zstd level {level}"),
+        };
+        // Only table blocks are compressed: separated values are stored
+        // as they are.
+        if self.separation_min == usize::MAX {
+            format!("{what} (table blocks, every value inline)")
+        } else {
+            format!(
+                "{what} (table blocks; values of {} B and more are separated and not compressed)",
+                self.separation_min
+            )
+        }
+    }
+    fn space_note(&self) -> Option<String> {
+        let s = self.db.stats();
+        let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+        Some(format!(
+            "of which tables {:.1} MiB, live separated values {:.1} MiB",
+            mib(s.bytes_per_level.iter().sum()),
+            mib(s.value_bytes_live)
+        ))
     }
     fn write_groups(&self) -> Option<(u64, u64)> {
         let s = self.db.stats();
@@ -512,6 +598,56 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = open("cairndb-foo", dir.path(), &cfg).err().unwrap();
         assert!(err.to_string().contains("cairndb-inline"), "{err}");
+    }
+
+    /// `--compression` reaches CairnDB's options (whatever the engine's
+    /// default), and its tables: on values that compress 2:1, LZ4 and
+    /// Zstandard tables are far smaller than uncompressed ones.
+    #[test]
+    fn compression_reaches_cairndb_tables() {
+        let cfg = |compression| EngineConfig {
+            compression,
+            ..EngineConfig::default()
+        };
+        let opts = |c| cairn_options("cairndb", &cfg(c), None).unwrap().compression;
+        assert_eq!(opts(Compression::None), cairndb::Compression::None);
+        assert_eq!(opts(Compression::Lz4), cairndb::Compression::Lz4);
+        assert_eq!(
+            opts(Compression::Zstd),
+            cairndb::Compression::Zstd(ZSTD_LEVEL)
+        );
+        let inline = cairn_options("cairndb-inline", &cfg(Compression::Lz4), None).unwrap();
+        assert_eq!(inline.compression, cairndb::Compression::Lz4);
+
+        let fill = crate::bench::workloads::Fill::compressible(Some(0.5), 1).unwrap();
+        let mut table_bytes = Vec::new();
+        for c in [Compression::None, Compression::Lz4, Compression::Zstd] {
+            let dir = tempfile::tempdir().unwrap();
+            let e = CairnEngine::open("cairndb", dir.path(), &cfg(c)).unwrap();
+            assert!(e.compression().starts_with(match c {
+                Compression::None => "none",
+                Compression::Lz4 => "lz4 (table blocks",
+                Compression::Zstd => "zstd level 3 (table blocks",
+            }));
+            for i in 0..20_000u64 {
+                e.put(&i.to_be_bytes(), &fill.value(i, 0, 100)).unwrap();
+            }
+            e.compact().unwrap();
+            for i in (0..20_000u64).step_by(97) {
+                let v = e.get(&i.to_be_bytes()).unwrap().unwrap();
+                crate::bench::workloads::check_value(i, &v).unwrap();
+            }
+            table_bytes.push(e.db.stats().bytes_per_level.iter().sum::<u64>());
+        }
+        let [none, lz4, zstd] = table_bytes[..] else {
+            unreachable!()
+        };
+        // 108 bytes of entry each, 58 of them unrepeated: about 0.55.
+        let (lz4, zstd) = (lz4 as f64 / none as f64, zstd as f64 / none as f64);
+        assert!(
+            lz4 < 0.7 && zstd < 0.7,
+            "tables: none {none} B, lz4 {lz4:.2}, zstd {zstd:.2} of it"
+        );
     }
 
     #[test]

@@ -215,6 +215,46 @@ pub fn dir_bytes(path: &Path) -> u64 {
     entries.flatten().map(|e| dir_bytes(&e.path())).sum()
 }
 
+/// What a database directory takes on disk (`dir_usage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskUsage {
+    /// Sum of the regular files' lengths (`dir_bytes`): what the engine
+    /// wrote or preallocated, holes of sparse files included.
+    pub bytes: u64,
+    /// Sum of the blocks allocated to them (`st_blocks` × 512): what
+    /// the file system holds for them, holes excluded and preallocated
+    /// (`fallocate`d) space included.
+    pub allocated: u64,
+}
+
+/// `DiskUsage` of the regular files under `path` (recursive, symlinks not
+/// followed), or of `path` itself if it is a file. Unreadable entries
+/// count as 0, as in `dir_bytes`.
+pub fn dir_usage(path: &Path) -> DiskUsage {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return DiskUsage::default();
+    };
+    if meta.is_file() {
+        return DiskUsage {
+            bytes: meta.len(),
+            allocated: meta.blocks() * 512,
+        };
+    }
+    if !meta.is_dir() {
+        return DiskUsage::default();
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return DiskUsage::default();
+    };
+    entries
+        .flatten()
+        .map(|e| dir_usage(&e.path()))
+        .fold(DiskUsage::default(), |a, b| DiskUsage {
+            bytes: a.bytes + b.bytes,
+            allocated: a.allocated + b.allocated,
+        })
+}
+
 /// The live status line of a quiet phase: a spinner with the latest
 /// second's figures, redrawn in place; hidden (all calls are no-ops) when
 /// not quiet or when stderr is not a terminal, as in CI.

@@ -100,6 +100,11 @@ fn mem_str(bytes: u64) -> String {
     }
 }
 
+/// Bytes on disk in MiB with one decimal: "55.6M".
+fn mib_str(bytes: u64) -> String {
+    format!("{}M", thousands_f(bytes as f64 / f64::from(1u32 << 20), 1))
+}
+
 /// A latency in µs: one decimal below 100, integer with separators above.
 fn lat_str(us: f64) -> String {
     if us < 100.0 {
@@ -437,7 +442,73 @@ pub fn format_summary(device: &DeviceLimits, rows: &[Row], color: bool) -> Strin
             scored.len()
         );
     }
+    out.push_str(&disk_block(rows));
     out.push_str(&controls_block(rows));
+    out
+}
+
+/// The rows that measured bytes on disk (dbbench's load and compact), as
+/// a table: the files' lengths, the blocks allocated to them, and the
+/// lengths over the user data (the row's samp). Empty if none did.
+fn disk_block(rows: &[Row]) -> String {
+    let measured: Vec<&Row> = rows.iter().filter(|r| r.disk.is_some()).collect();
+    if measured.is_empty() {
+        return String::new();
+    }
+    let mut table = vec![
+        [
+            "engine",
+            "workload",
+            "phase",
+            "bytes",
+            "allocated",
+            "/ user data",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    ];
+    for r in measured {
+        let Some(d) = r.disk else { continue };
+        table.push(vec![
+            r.engine.clone(),
+            r.workload.clone(),
+            r.phase.clone(),
+            mib_str(d.bytes),
+            mib_str(d.allocated),
+            opt_f(r.space_amp),
+        ]);
+    }
+    let widths: Vec<usize> = (0..table[0].len())
+        .map(|c| {
+            table
+                .iter()
+                .map(|t| t[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::from(
+        "\nBytes on disk (the database directory: bytes = files' lengths, \
+         allocated = st_blocks × 512)\n",
+    );
+    for (i, t) in table.iter().enumerate() {
+        let mut line = String::from(" ");
+        for (c, cell) in t.iter().enumerate() {
+            let w = widths[c];
+            if c < 3 {
+                let _ = write!(line, " {cell:<w$}");
+            } else {
+                let _ = write!(line, "  {cell:>w$}");
+            }
+        }
+        let line = line.trim_end();
+        out.push_str(line);
+        out.push('\n');
+        if i == 0 {
+            let width = line.chars().count().saturating_sub(2);
+            let _ = writeln!(out, "  {}", "-".repeat(width));
+        }
+    }
     out
 }
 
@@ -587,6 +658,8 @@ fn row_json(r: &Row, ts: u64) -> serde_json::Value {
         "limit": r.limit.as_ref().map(|(_, v)| v),
         "write_amp": r.write_amp,
         "space_amp": r.space_amp,
+        "disk_bytes": r.disk.map(|d| d.bytes),
+        "disk_allocated_bytes": r.disk.map(|d| d.allocated),
         "peak_rss": r.peak_rss,
         "stalls": r.stalls,
         "others_cpu": r.others_cpu,
@@ -970,6 +1043,7 @@ pub fn plot(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::monitor::DiskUsage;
 
     fn device() -> DeviceLimits {
         DeviceLimits {
@@ -1006,6 +1080,7 @@ mod tests {
             limit: None,
             write_amp: None,
             space_amp: None,
+            disk: None,
             peak_rss: Some(180 << 20),
             stalls: 0,
             latency_us: Some((3.25, 1234.0)),
@@ -1023,6 +1098,10 @@ mod tests {
         fill.limit = Some(("seq_write".into(), 512.0));
         fill.write_amp = Some(2.31);
         fill.space_amp = Some(1.08);
+        fill.disk = Some(DiskUsage {
+            bytes: 500 << 20,
+            allocated: (512 << 20) + (1 << 19),
+        });
         let mut fill_peer = fill.clone();
         fill_peer.engine = "rocksdb".into();
         fill_peer.ops = 5_500_000;
@@ -1072,6 +1151,12 @@ mod tests {
         assert!(text.contains("0.091 seq_write") && text.contains(" 0.12 seq_write"));
         assert!(text.contains("0.77 fdatasync "));
         assert!(text.contains("1.4G") && text.contains("180M"));
+        assert!(text.contains("Bytes on disk"), "{text}");
+        let disk = text
+            .lines()
+            .find(|l| l.contains("fillrandom") && l.contains("500.0M"))
+            .expect("a line of bytes on disk");
+        assert!(disk.contains("512.5M") && disk.contains("1.08"), "{disk}");
         // Columns nobody filled are left out.
         let bare = format_summary(&device(), &[row("a", "w", "p", 10, "ops/s")], false);
         println!("{bare}");
@@ -1230,6 +1315,9 @@ mod tests {
         assert_eq!(values[1]["status"], "OK");
         assert!(values[1]["failure"].is_null());
         assert!(values[5]["space_amp"].is_null());
+        assert_eq!(values[1]["disk_bytes"], 500 << 20);
+        assert_eq!(values[1]["disk_allocated_bytes"], (512 << 20) + (1 << 19));
+        assert!(values[3]["disk_bytes"].is_null());
         assert_eq!(values[6]["type"], "device");
     }
 

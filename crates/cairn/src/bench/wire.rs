@@ -2,7 +2,7 @@
 //! contest's read phases run in a fresh process and hand their results
 //! back this way).
 
-use super::monitor::Sample;
+use super::monitor::{DiskUsage, Sample};
 use super::{BenchResult, Row};
 use serde_json::{Value, json};
 
@@ -18,6 +18,8 @@ pub fn row_to_json(r: &Row) -> Value {
         "limit_name": r.limit.as_ref().map(|l| l.0.clone()),
         "limit": r.limit.as_ref().map(|l| l.1),
         "write_amp": r.write_amp, "space_amp": r.space_amp, "peak_rss": r.peak_rss,
+        "disk_bytes": r.disk.map(|d| d.bytes),
+        "disk_allocated_bytes": r.disk.map(|d| d.allocated),
         "stalls": r.stalls,
         "p50_us": r.latency_us.map(|l| l.0), "p99_us": r.latency_us.map(|l| l.1),
         "unit": r.unit,
@@ -52,6 +54,10 @@ pub fn row_from_json(v: &Value) -> BenchResult<Row> {
         limit,
         write_amp: v["write_amp"].as_f64(),
         space_amp: v["space_amp"].as_f64(),
+        disk: match (v["disk_bytes"].as_u64(), v["disk_allocated_bytes"].as_u64()) {
+            (Some(bytes), Some(allocated)) => Some(DiskUsage { bytes, allocated }),
+            _ => None,
+        },
         peak_rss: v["peak_rss"].as_u64(),
         stalls: v["stalls"].as_u64().unwrap_or(0),
         latency_us: latency,
@@ -125,6 +131,10 @@ mod tests {
             limit: Some(("4K rand read".into(), 200.0)),
             write_amp: None,
             space_amp: Some(1.1),
+            disk: Some(DiskUsage {
+                bytes: 5 << 20,
+                allocated: 6 << 20,
+            }),
             peak_rss: Some(1 << 20),
             stalls: 2,
             latency_us: Some((1.0, 9.0)),

@@ -113,4 +113,8 @@ impl Engine for LmdbEngine {
     fn flush(&self) -> BenchResult<()> {
         Ok(self.env.force_sync()?)
     }
+    fn compression(&self) -> String {
+        // `--compression` cannot apply.
+        "none: LMDB has no compression".to_owned()
+    }
 }

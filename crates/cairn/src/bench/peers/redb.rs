@@ -106,6 +106,10 @@ impl Engine for RedbEngine {
     fn flush(&self) -> BenchResult<()> {
         Ok(self.write(Durability::Immediate)?.commit()?)
     }
+    fn compression(&self) -> String {
+        // `--compression` cannot apply.
+        "none: redb has no compression".to_owned()
+    }
 }
 
 /// A redb value guard seen as bytes, so `engine::visit` can walk a range.

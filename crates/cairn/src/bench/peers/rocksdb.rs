@@ -1,8 +1,12 @@
-//! RocksDB through the `rocksdb` crate (built without any compression
-//! library: `default-features = false`, `bindgen-runtime` only).
+//! RocksDB through the `rocksdb` crate (`default-features = false`, with
+//! `bindgen-runtime` and the `lz4` and `zstd` compression libraries only).
 //!
-//! Configuration: `create_if_missing`; compression `None` for every level
-//! and the bottommost level; a block-based table with an LRU block cache
+//! Configuration: `create_if_missing`; compression as
+//! `EngineConfig::compression` asks, the same for every level and the
+//! bottommost level (`set_compression_type` and
+//! `set_bottommost_compression_type`): `None` by default, `Lz4`, or
+//! `Zstd` at level `ZSTD_LEVEL` (`set_compression_options`, RocksDB's
+//! default level too); a block-based table with an LRU block cache
 //! of `cache_bytes` (`Cache::new_lru_cache`); `write_buffer_size =
 //! write_buffer_bytes`; the WAL on (the default); everything else is
 //! RocksDB's default (leveled compaction, 4 KiB blocks, no bloom filter,
@@ -13,10 +17,11 @@
 //! before the call returns, so it survives a process crash but not power
 //! loss. `write_batch(.., sync = true)` uses `WriteOptions::set_sync(true)`
 //! (fsync/fdatasync of the WAL before return). `flush()` syncs the WAL and
-//! flushes the memtable to an SST file, waiting for it.
+//! flushes the memtable to an SST file, waiting for it. `compact()` is a
+//! manual `compact_range` over all keys, waiting for it.
 
 use crate::bench::BenchResult;
-use crate::bench::engine::{BatchOp, Engine, EngineConfig, visit};
+use crate::bench::engine::{BatchOp, Compression, Engine, EngineConfig, ZSTD_LEVEL, visit};
 use ::rocksdb::{
     BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IteratorMode, Options, WriteBatch,
     WriteOptions,
@@ -27,6 +32,7 @@ pub struct RocksEngine {
     db: DB,
     // Kept alive for the life of the DB (RocksDB holds a reference too).
     _cache: Cache,
+    compression: Compression,
 }
 
 impl RocksEngine {
@@ -36,12 +42,26 @@ impl RocksEngine {
         table.set_block_cache(&cache);
         let mut opts = Options::default();
         opts.create_if_missing(true);
-        opts.set_compression_type(DBCompressionType::None);
-        opts.set_bottommost_compression_type(DBCompressionType::None);
+        let compression = match cfg.compression {
+            Compression::None => DBCompressionType::None,
+            Compression::Lz4 => DBCompressionType::Lz4,
+            Compression::Zstd => DBCompressionType::Zstd,
+        };
+        opts.set_compression_type(compression);
+        opts.set_bottommost_compression_type(compression);
+        if cfg.compression == Compression::Zstd {
+            // (window_bits, level, strategy, max_dict_bytes): RocksDB's
+            // defaults but the level.
+            opts.set_compression_options(-14, ZSTD_LEVEL, 0, 0);
+        }
         opts.set_write_buffer_size(cfg.write_buffer_bytes);
         opts.set_block_based_table_factory(&table);
         let db = DB::open(&opts, dir)?;
-        Ok(RocksEngine { db, _cache: cache })
+        Ok(RocksEngine {
+            db,
+            _cache: cache,
+            compression: cfg.compression,
+        })
     }
 }
 
@@ -84,5 +104,15 @@ impl Engine for RocksEngine {
     fn flush(&self) -> BenchResult<()> {
         self.db.flush_wal(true)?;
         Ok(self.db.flush()?)
+    }
+    fn compact(&self) -> BenchResult<bool> {
+        self.db.compact_range::<&[u8], &[u8]>(None, None);
+        Ok(true)
+    }
+    fn compression(&self) -> String {
+        match self.compression {
+            Compression::Zstd => format!("zstd level {ZSTD_LEVEL}"),
+            c => c.name().to_owned(),
+        }
     }
 }

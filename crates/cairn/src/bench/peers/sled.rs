@@ -1,9 +1,12 @@
 //! sled 0.34 (the last stable release; 1.0 is still alpha).
 //!
 //! Configuration: `sled::Config` with `cache_capacity(cache_bytes)`, the
-//! default tree, no compression (the crate is built without its
-//! `compression` feature), the default `flush_every_ms(500)`. sled has no
-//! separate write buffer setting.
+//! default tree, no compression, the default `flush_every_ms(500)`. sled
+//! has no separate write buffer setting. `--compression` is not applied:
+//! sled has no LZ4, and its zstd (the `compression` feature) needs the
+//! `zstd` 0.9 crate, whose `zstd-sys` 1.x links the same native library
+//! (`links = "zstd"`) as the `zstd-sys` 2 CairnDB builds, which cargo
+//! refuses in one build; `compression()` says so.
 //!
 //! Sync semantics: sled's log is buffered in the process; a background
 //! thread writes and fsyncs it every 500 ms. Unsynced puts, deletes and
@@ -89,5 +92,8 @@ impl Engine for SledEngine {
     fn flush(&self) -> BenchResult<()> {
         self.db.flush()?;
         Ok(())
+    }
+    fn compression(&self) -> String {
+        "none: sled's zstd feature cannot be built beside CairnDB's zstd".to_owned()
     }
 }

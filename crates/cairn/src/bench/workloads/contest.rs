@@ -35,7 +35,7 @@ use super::{
     parallel,
 };
 use crate::bench::device::DeviceLimits;
-use crate::bench::engine::{Engine, EngineConfig};
+use crate::bench::engine::{Compression, Engine, EngineConfig};
 use crate::bench::monitor;
 use crate::bench::{BenchResult, Progress, Row, wire};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -592,6 +592,8 @@ fn read_in_child(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult
         .arg(ctx.engine_cfg.cache_bytes.to_string())
         .arg("--write-buffer-bytes")
         .arg(ctx.engine_cfg.write_buffer_bytes.to_string())
+        .arg("--compression")
+        .arg(ctx.engine_cfg.compression.name())
         .arg("--rand-read-4k")
         .arg(dev.rand_read_4k.to_string())
         .arg("--rand-read-4k-qd")
@@ -645,6 +647,9 @@ pub struct ReadArgs {
     cache_bytes: usize,
     #[arg(long)]
     write_buffer_bytes: usize,
+    /// The parent's `--compression`, for the tables this process writes.
+    #[arg(long, value_enum, default_value_t = Compression::None)]
+    compression: Compression,
     #[arg(long)]
     rand_read_4k: f64,
     #[arg(long)]
@@ -681,6 +686,7 @@ pub fn read_main(args: ReadArgs) -> BenchResult<()> {
     let engine_cfg = EngineConfig {
         cache_bytes: args.cache_bytes,
         write_buffer_bytes: args.write_buffer_bytes,
+        compression: args.compression,
     };
     let mut ctx = Ctx::attach(&args.engine, engine_cfg, args.dir, args.disk, args.quiet)?;
     read_phases(&mut ctx, &cfg, &dev);

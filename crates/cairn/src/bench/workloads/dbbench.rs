@@ -7,10 +7,17 @@
 //! 100), readwhilewriting (readers while one writer overwrites),
 //! scanwhilewriting (scanners of 1,000 keys from random places while one
 //! writer overwrites at 10,000 puts/s), deleterandom. Reads verify every value (`check_value`); readrandom and
-//! readseq also require every key to be present.
+//! readseq also require every key to be present. Then, for bytes on disk
+//! (`space`): load (fillrandom again on a fresh database, flushed) and
+//! compact (the engine's full compaction), each row with what the
+//! directory takes on disk after it.
+//!
+//! Values are incompressible unless `--compressible` asks for values
+//! that compress to a ratio (`Fill`); `--compression` sets the engines'
+//! table compression.
 
 use super::{
-    Ctx, Outcome, Rng, Share, check_value, checked_scan, key_index, make_key, make_value, parallel,
+    Ctx, Fill, Outcome, Rng, Share, check_value, checked_scan, key_index, make_key, parallel,
     percentiles,
 };
 use crate::bench::device::DeviceLimits;
@@ -26,6 +33,9 @@ pub struct Config {
     pub threads: usize,
     pub key_len: usize,
     pub value_len: usize,
+    /// How values are filled: incompressible, or compressible
+    /// (`--compressible`).
+    pub fill: Fill,
     pub seed: u64,
 }
 
@@ -53,28 +63,30 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         "fillseq",
         "MB/s",
         write_limit.clone(),
-        |db, p| fill(db, p, (0..n).map(|i| (i, 0)), kl, vl),
+        |db, p| fill(db, p, (0..n).map(|i| (i, 0)), cfg),
     );
 
     ctx.fresh()?;
-    let mut order: Vec<u64> = (0..n).collect();
-    let mut rng = Rng::new(cfg.seed);
-    for i in (1..order.len()).rev() {
-        order.swap(i, rng.below(i as u64 + 1) as usize);
-    }
+    let order = random_order(n, cfg.seed);
     ctx.phase(
         "dbbench",
         "fillrandom",
         "MB/s",
         write_limit.clone(),
-        |db, p| fill(db, p, order.iter().map(|&i| (i, 0)), kl, vl),
+        |db, p| fill(db, p, order.iter().map(|&i| (i, 0)), cfg),
     );
     drop(order);
 
-    ctx.phase("dbbench", "overwrite", "MB/s", write_limit, |db, p| {
-        let mut rng = Rng::new(cfg.seed + 1);
-        fill(db, p, (0..n).map(|_| (rng.below(n), 1)), kl, vl)
-    });
+    ctx.phase(
+        "dbbench",
+        "overwrite",
+        "MB/s",
+        write_limit.clone(),
+        |db, p| {
+            let mut rng = Rng::new(cfg.seed + 1);
+            fill(db, p, (0..n).map(|_| (rng.below(n), 1)), cfg)
+        },
+    );
     ctx.flush_and_measure_space(n * entry)?;
 
     let threads = cfg.threads.max(1);
@@ -277,6 +289,80 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
             ..Outcome::default()
         })
     });
+
+    space(ctx, cfg, write_limit)
+}
+
+/// Records bytes on disk in the last row, and what the engine says of
+/// them (`Engine::space_note`).
+fn measure(ctx: &mut Ctx, live: u64) -> BenchResult<()> {
+    ctx.measure_disk(live);
+    if let Some(note) = ctx.db()?.space_note()
+        && let Some(row) = ctx.rows.last_mut()
+    {
+        row.add_note(note);
+    }
+    Ok(())
+}
+
+/// `0..n` shuffled by `seed`: fillrandom's order.
+fn random_order(n: u64, seed: u64) -> Vec<u64> {
+    let mut order: Vec<u64> = (0..n).collect();
+    let mut rng = Rng::new(seed);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    order
+}
+
+/// Bytes on disk after fillrandom's load and after a full compaction: a
+/// fresh database loaded as fillrandom loaded its own (row `load`),
+/// flushed and measured, then compacted with the engine's own call (row
+/// `compact`, SKIP if the adapter has none) and measured again. Apart
+/// from the phases above so that they run as they always have (no
+/// compaction between fillrandom and overwrite). The rows' `disk` holds
+/// the figures; their notes say what compression the engine applied.
+fn space(ctx: &mut Ctx, cfg: &Config, limit: Option<(String, f64)>) -> BenchResult<()> {
+    let n = cfg.num.max(1);
+    let live = n * (cfg.key_len + cfg.value_len) as u64;
+    ctx.fresh()?;
+    let compression = ctx.db()?.compression();
+    let order = random_order(n, cfg.seed);
+    ctx.phase("dbbench", "load", "MB/s", limit, |db, p| {
+        let mut out = fill(db, p, order.iter().map(|&i| (i, 0)), cfg)?;
+        out.note = Some(format!(
+            "fillrandom again, on a fresh database; disk after a flush; compression {compression}"
+        ));
+        Ok(out)
+    });
+    drop(order);
+    ctx.db()?.flush()?;
+    measure(ctx, live)?;
+
+    let mut compacted = false;
+    ctx.phase("dbbench", "compact", "MB/s", None, |db, _| {
+        compacted = db.compact()?;
+        Ok(Outcome {
+            ops: n,
+            user_bytes: live,
+            note: Some(format!(
+                "full compaction of the load; compression {compression}"
+            )),
+            ..Outcome::default()
+        })
+    });
+    if compacted {
+        ctx.db()?.flush()?;
+        measure(ctx, live)?;
+    } else if ctx.rows.last().is_some_and(|r| r.failure.is_none()) {
+        ctx.rows.pop();
+        ctx.timelines.pop();
+        ctx.skip(
+            "dbbench",
+            "compact",
+            "the adapter has no compaction call: disk as after the load",
+        );
+    }
     Ok(())
 }
 
@@ -307,7 +393,7 @@ fn beside_writer(
                 let i = rng.below(n);
                 db.put(
                     &make_key(i, cfg.key_len),
-                    &make_value(i, version, cfg.value_len),
+                    &cfg.fill.value(i, version, cfg.value_len),
                 )?;
                 w += 1;
             }
@@ -335,13 +421,13 @@ fn fill(
     db: &Arc<dyn Engine>,
     p: &Arc<Progress>,
     keys: impl Iterator<Item = (u64, u32)>,
-    kl: usize,
-    vl: usize,
+    cfg: &Config,
 ) -> BenchResult<Outcome> {
+    let (kl, vl) = (cfg.key_len, cfg.value_len);
     let entry = (kl + vl) as u64;
     let mut n = 0u64;
     for (i, version) in keys {
-        db.put(&make_key(i, kl), &make_value(i, version, vl))?;
+        db.put(&make_key(i, kl), &cfg.fill.value(i, version, vl))?;
         n += 1;
         if n.is_multiple_of(TICK) {
             p.add(TICK, TICK * entry);
@@ -353,4 +439,70 @@ fn fill(
         written_bytes: n * entry,
         ..Outcome::default()
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::bench::engine::{Compression, EngineConfig};
+
+    /// A tiny run on compressible values, without and with LZ4: every
+    /// phase verifies, the load and compact rows carry bytes on disk and
+    /// say what compression the engine applied, and LZ4 takes less disk.
+    #[test]
+    fn the_space_rows_show_what_compression_saves() {
+        let mut after_compaction = Vec::new();
+        for compression in [Compression::None, Compression::Lz4] {
+            let root = tempfile::tempdir().unwrap();
+            let mut ctx = Ctx::new(
+                "cairndb",
+                EngineConfig {
+                    compression,
+                    ..EngineConfig::default()
+                },
+                root.path().join("d"),
+                None,
+                true,
+            );
+            let cfg = Config {
+                num: 20_000,
+                threads: 2,
+                key_len: 16,
+                value_len: 100,
+                fill: Fill::compressible(Some(0.5), 3).unwrap(),
+                seed: 3,
+            };
+            run(&mut ctx, &cfg, &DeviceLimits::default()).unwrap();
+            for r in &ctx.rows {
+                assert!(r.failure.is_none() && r.skipped.is_none(), "{r:?}");
+            }
+            let phases: Vec<&str> = ctx.rows.iter().map(|r| r.phase.as_str()).collect();
+            assert_eq!(
+                phases[phases.len() - 3..],
+                ["deleterandom", "load", "compact"]
+            );
+            let [.., load, compact] = &ctx.rows[..] else {
+                unreachable!()
+            };
+            for r in [load, compact] {
+                let note = r.note.as_deref().unwrap();
+                assert!(
+                    note.contains(&format!("compression {}", compression.name())),
+                    "{note}"
+                );
+                let disk = r.disk.unwrap();
+                assert!(disk.bytes > 0 && disk.allocated > 0, "{r:?}");
+                assert!(r.space_amp.is_some());
+            }
+            after_compaction.push(compact.disk.unwrap().bytes);
+            assert!(compact.note.as_deref().unwrap().contains("tables "));
+        }
+        let [none, lz4] = after_compaction[..] else {
+            unreachable!()
+        };
+        // Tables of 2.3 MB and 1.4 MB beside the same 19 MB of journal
+        // files when written.
+        assert!(lz4 + (600 << 10) < none, "none {none}, lz4 {lz4}");
+    }
 }

@@ -21,6 +21,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// Longest `Ctx::measure_disk` waits for a directory to stop changing.
+const DISK_SETTLE_MAX: Duration = Duration::from_secs(5);
+/// How long a directory's size must hold for `Ctx::measure_disk`.
+const DISK_STILL: Duration = Duration::from_secs(1);
+
 /// Everything a workload needs to run phases on one engine.
 pub struct Ctx {
     /// Engine name, as `engine::open` takes it.
@@ -150,6 +155,30 @@ impl Ctx {
         Ok(())
     }
 
+    /// Records in the last row what the database directory takes on
+    /// disk, once it has kept the same size for `DISK_STILL` (an engine
+    /// may delete the files a flush or compaction made obsolete after
+    /// the call returned; waits at most `DISK_SETTLE_MAX`), and that
+    /// over `live_bytes` as the row's space amplification. The caller
+    /// flushes or compacts first.
+    pub fn measure_disk(&mut self, live_bytes: u64) {
+        let deadline = Instant::now() + DISK_SETTLE_MAX;
+        let mut usage = monitor::dir_usage(&self.dir);
+        let mut since = Instant::now();
+        while Instant::now() < deadline && since.elapsed() < DISK_STILL {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = monitor::dir_usage(&self.dir);
+            if now != usage {
+                since = Instant::now();
+            }
+            usage = now;
+        }
+        if let Some(row) = self.rows.last_mut() {
+            row.disk = Some(usage);
+            row.space_amp = Some(usage.bytes as f64 / live_bytes.max(1) as f64);
+        }
+    }
+
     /// Runs one phase under the monitor and records its row.
     pub fn phase(
         &mut self,
@@ -219,6 +248,7 @@ impl Ctx {
             limit,
             write_amp,
             space_amp: None,
+            disk: None,
             peak_rss: Some(stats.peak_rss),
             stalls: stats.stalled_seconds,
             latency_us: outcome.latency_us,
@@ -276,6 +306,7 @@ impl Ctx {
             m.stalls += r.stalls;
             m.peak_rss = m.peak_rss.max(r.peak_rss);
             m.space_amp = r.space_amp.or(m.space_amp);
+            m.disk = r.disk.or(m.disk);
             if m.failure.is_none() {
                 m.failure = r.failure;
             }
@@ -375,23 +406,124 @@ pub fn key_index(key: &[u8]) -> Option<u64> {
 
 /// A value of `len` bytes (>= 16) for key index `i`, version `version`:
 /// index (8) | version (4) | pseudo-random fill | CRC-32C of all before (4).
-/// Fill bytes do not compress.
+/// Fill bytes do not compress (`Fill::Random`).
 pub fn make_value(i: u64, version: u32, len: usize) -> Vec<u8> {
-    let len = len.max(16);
-    let mut v = vec![0u8; len];
-    v[..8].copy_from_slice(&i.to_le_bytes());
-    v[8..12].copy_from_slice(&version.to_le_bytes());
+    Fill::Random.value(i, version, len)
+}
+
+/// How a workload fills its values between the key stamp and the CRC
+/// (`--compressible`). Either way a value is checked by `check_value`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum Fill {
+    /// Pseudo-random bytes that no compressor can shrink: every run
+    /// before `--compressible` existed, and the workloads without it.
+    #[default]
+    Random,
+    /// Values that compress to about `ratio` (in (0, 1]) of their length,
+    /// db_bench's `compression_ratio` (0.5: 2:1). As db_bench builds its
+    /// values, the fill is made of pieces of `FILL_PIECE` bytes, each a
+    /// run of random bytes repeated to the piece's length, so that every
+    /// repeat lies within any compressor's window and no value repeats
+    /// another. Unlike db_bench's, which draws printable characters, the
+    /// random bytes take all 256 values, so that Zstandard's entropy
+    /// coding finds nothing LZ4 misses. The runs are long enough that the
+    /// whole value holds about `ratio × len` bytes of information (stamp
+    /// and CRC included): Zstandard compresses it to about `ratio`, LZ4
+    /// to some 0.05 more (the cost of coding a match per piece). Drawn
+    /// from `seed`, the key index and the version: the same run gives the
+    /// same values.
+    Compressible { ratio: f64, seed: u64 },
+}
+
+/// Length of the pieces a compressible fill is made of (db_bench's).
+pub const FILL_PIECE: usize = 100;
+
+/// Bytes of a value that are not fill: the stamp (key index, version)
+/// and the CRC.
+const VALUE_OVERHEAD: usize = 16;
+
+/// Of those, about how many a compressor cannot shrink: the CRC and the
+/// key index's low bytes (its high bytes and the version are mostly
+/// zeros).
+const VALUE_OVERHEAD_UNIQUE: usize = 8;
+
+impl Fill {
+    /// `Fill::Compressible` at `ratio`, if there is one; `Err` if the
+    /// ratio is not in (0, 1].
+    pub fn compressible(ratio: Option<f64>, seed: u64) -> Result<Fill, String> {
+        match ratio {
+            None => Ok(Fill::Random),
+            Some(r) if r > 0.0 && r <= 1.0 => Ok(Fill::Compressible { ratio: r, seed }),
+            Some(r) => Err(format!("--compressible {r}: the ratio must be in (0, 1]")),
+        }
+    }
+
+    /// The value of key index `i`, version `version`, `len` bytes (at
+    /// least 16): index (8) | version (4) | fill | CRC-32C of all before (4).
+    pub fn value(self, i: u64, version: u32, len: usize) -> Vec<u8> {
+        let len = len.max(VALUE_OVERHEAD);
+        let mut v = vec![0u8; len];
+        v[..8].copy_from_slice(&i.to_le_bytes());
+        v[8..12].copy_from_slice(&version.to_le_bytes());
+        let fill = &mut v[12..len - 4];
+        match self {
+            Fill::Random => random_fill(fill, i, version),
+            Fill::Compressible { ratio, seed } => {
+                // Bytes of the fill that do not repeat: the value's share,
+                // less what the stamp and CRC hold.
+                let unique =
+                    ((ratio * len as f64).round() as usize).saturating_sub(VALUE_OVERHEAD_UNIQUE);
+                let mut rng = Rng::new(mix64(mix64(seed) ^ i) ^ u64::from(version));
+                compressible_fill(fill, unique, &mut rng);
+            }
+        }
+        let crc = crc_fast::crc32_iscsi(&v[..len - 4]);
+        v[len - 4..].copy_from_slice(&crc.to_le_bytes());
+        v
+    }
+}
+
+/// The incompressible fill of `make_value`: no 8-byte word repeats within
+/// a value or across keys and versions.
+fn random_fill(fill: &mut [u8], i: u64, version: u32) {
     let mut x =
         i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(version).rotate_left(32) ^ 0x5851_f42d;
-    for chunk in v[12..len - 4].chunks_mut(8) {
+    for chunk in fill.chunks_mut(8) {
         x ^= x >> 30;
         x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
         x ^= x >> 27;
         chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
     }
-    let crc = crc_fast::crc32_iscsi(&v[..len - 4]);
-    v[len - 4..].copy_from_slice(&crc.to_le_bytes());
-    v
+}
+
+/// Fills `fill` piece by piece (`FILL_PIECE` bytes, the last shorter):
+/// each piece begins with its share of `unique` random bytes (at least
+/// one), which then repeat to the piece's end.
+fn compressible_fill(fill: &mut [u8], unique: usize, rng: &mut Rng) {
+    let total = fill.len();
+    for piece in fill.chunks_mut(FILL_PIECE) {
+        let n = piece.len();
+        let run = (unique * n).div_ceil(total).clamp(1, n);
+        for chunk in piece[..run].chunks_mut(8) {
+            chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
+        }
+        // Doubling copies: `piece[..done]` always holds whole repeats of
+        // the run, so copying its start extends the pattern.
+        let mut done = run;
+        while done < n {
+            let k = done.min(n - done);
+            piece.copy_within(..k, done);
+            done += k;
+        }
+    }
+}
+
+/// splitmix64's finalizer: a seed, key index and version mixed into one
+/// generator seed, so that nearby inputs give unrelated streams.
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Which values a scan checks in full (`checked_scan`): those whose key
@@ -639,6 +771,7 @@ pub fn parallel_for<T: Send>(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -686,6 +819,66 @@ mod tests {
         bad[50] ^= 1;
         assert!(check_stamp(42, &bad).is_ok());
         assert!(check_value(42, &bad).is_err());
+    }
+
+    /// Compressible values hold about `ratio` of their bytes unrepeated:
+    /// Zstandard (level 3) shrinks a table-block-sized run of them to
+    /// about that ratio and LZ4 to a little more (measured: 0.51 and
+    /// 0.55 for 0.5), not much less (values that compressed far better
+    /// would flatter compression) nor much more.
+    #[test]
+    fn compressible_values_compress_to_their_ratio() {
+        for ratio in [0.5, 0.25, 0.75] {
+            for len in [100, 1024, 4000] {
+                let fill = Fill::compressible(Some(ratio), 7).unwrap();
+                // Some 16 KiB of values, as a table block holds them
+                // (keys aside).
+                let count = (16 << 10) / len + 1;
+                let raw: Vec<u8> = (0..count as u64)
+                    .flat_map(|i| fill.value(i * 7919, 1, len))
+                    .collect();
+                let lz4 = lz4_flex::block::compress(&raw).len() as f64 / raw.len() as f64;
+                let zstd = zstd::bulk::compress(&raw, 3).unwrap().len() as f64 / raw.len() as f64;
+                // Zstandard finds the information content; LZ4 pays a
+                // few bytes per piece for its matches.
+                for (name, got, lo, hi) in [
+                    ("zstd", zstd, ratio - 0.03, ratio + 0.05),
+                    ("lz4", lz4, ratio, ratio + 0.09),
+                ] {
+                    assert!(
+                        got > lo && got < hi,
+                        "{name}, ratio {ratio}, {len}-byte values: compressed to {got:.3}"
+                    );
+                }
+            }
+        }
+        // Incompressible values stay so, but for their stamps' zeros.
+        let raw: Vec<u8> = (0..200u64).flat_map(|i| make_value(i, 0, 100)).collect();
+        let lz4 = lz4_flex::block::compress(&raw).len() as f64 / raw.len() as f64;
+        assert!(lz4 > 0.9, "{lz4}");
+    }
+
+    #[test]
+    fn compressible_values_verify_and_follow_the_seed() {
+        let a = Fill::compressible(Some(0.5), 1).unwrap();
+        let b = Fill::compressible(Some(0.5), 2).unwrap();
+        for len in [16, 17, 100, 101, 1024] {
+            let v = a.value(42, 3, len);
+            assert_eq!(v.len(), len);
+            assert!(check_value(42, &v).is_ok());
+            assert!(check_value(43, &v).is_err());
+            assert_eq!(v, a.value(42, 3, len), "the same seed, the same value");
+            if len > 16 {
+                assert_ne!(v, b.value(42, 3, len), "another seed, another value");
+                assert_ne!(v, a.value(42, 4, len), "another version, another value");
+            }
+        }
+        assert_eq!(Fill::compressible(None, 1).unwrap(), Fill::Random);
+        assert_eq!(Fill::Random.value(5, 1, 100), make_value(5, 1, 100));
+        for bad in [0.0, -0.5, 1.5, f64::NAN] {
+            assert!(Fill::compressible(Some(bad), 1).is_err(), "{bad}");
+        }
+        assert!(Fill::compressible(Some(1.0), 1).is_ok());
     }
 
     #[test]

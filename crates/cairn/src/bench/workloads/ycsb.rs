@@ -10,10 +10,11 @@
 //! | F        | 50 % read, 50 % read-modify-write     |
 //!
 //! Every read and scanned value is verified; a loaded key that is missing
-//! fails the phase.
+//! fails the phase. Values are incompressible unless `--compressible`
+//! asks for values that compress to a ratio (`Fill`).
 
 use super::{
-    Ctx, Outcome, Rng, Share, Zipf, check_value, checked_scan, make_key, make_value, parallel,
+    Ctx, Fill, Outcome, Rng, Share, Zipf, check_value, checked_scan, make_key, parallel,
     percentiles,
 };
 use crate::bench::BenchResult;
@@ -27,6 +28,9 @@ pub struct Config {
     pub ops: u64,
     pub threads: usize,
     pub value_len: usize,
+    /// How values are filled: incompressible, or compressible
+    /// (`--compressible`).
+    pub fill: Fill,
     pub seed: u64,
 }
 
@@ -84,7 +88,7 @@ pub fn run(ctx: &mut Ctx, cfg: &Config) -> BenchResult<()> {
         parallel(ctx_threads(cfg), |t| {
             let lo = t as u64 * per;
             for i in lo..(lo + per).min(n) {
-                db.put(&make_key(i, 16), &make_value(i, 0, vl))?;
+                db.put(&make_key(i, 16), &cfg.fill.value(i, 0, vl))?;
                 p.add(1, entry);
             }
             Ok(())
@@ -120,14 +124,14 @@ pub fn run(ctx: &mut Ctx, cfg: &Config) -> BenchResult<()> {
                                 .ok_or_else(|| format!("key {i} is missing"))?;
                             check_value(i, &v)?;
                             if matches!(op, Op::ReadModifyWrite) {
-                                db.put(&make_key(i, 16), &make_value(i, 1, vl))?;
+                                db.put(&make_key(i, 16), &cfg.fill.value(i, 1, vl))?;
                                 bytes *= 2;
                             }
                         }
-                        Op::Update => db.put(&make_key(i, 16), &make_value(i, 1, vl))?,
+                        Op::Update => db.put(&make_key(i, 16), &cfg.fill.value(i, 1, vl))?,
                         Op::Insert => {
                             let j = next_insert.fetch_add(1, Ordering::Relaxed);
-                            db.put(&make_key(j, 16), &make_value(j, 0, vl))?;
+                            db.put(&make_key(j, 16), &cfg.fill.value(j, 0, vl))?;
                         }
                         Op::Scan => {
                             let len = 1 + rng.below(100) as usize;
