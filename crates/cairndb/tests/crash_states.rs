@@ -116,8 +116,10 @@ fn check_db(db: &Db, plan: &Plan, at: Acked) -> Result<(), (Kind, String)> {
         return Err((Kind::WrongData, format!("batch {b} was never issued")));
     }
     // The writes (drops have no keys of their own) present must be the
-    // first ones; everything up to the last of them is then present, and
-    // of the drops right after it, any first few.
+    // first ones. A drop does not sync the journal, so unsynced writes
+    // before it may be lost while it survives: every drop before the last
+    // write present is there (that write was issued after the drop was
+    // durable), and of the drops after it, any first few.
     let writes: Vec<usize> = (0..plan.batches.len())
         .filter(|&b| plan.batches[b].drop.is_none())
         .collect();
@@ -125,23 +127,28 @@ fn check_db(db: &Db, plan: &Plan, at: Acked) -> Result<(), (Kind, String)> {
         return Err((Kind::Hole, format!("present batches {present:?}")));
     }
     let upto = present.last().map_or(0, |&b| b + 1);
-    let drops_after = plan.batches[upto..]
-        .iter()
-        .take_while(|b| b.drop.is_some())
-        .count();
-    // The longest prefix that matches (a drop of an empty keyspace
-    // changes nothing), which must hold every durable batch.
+    let drops_after: Vec<usize> = (upto..issued.min(plan.batches.len()))
+        .filter(|&b| plan.batches[b].drop.is_some())
+        .collect();
+    // The most batches that match (a drop of an empty keyspace changes
+    // nothing), which must hold every durable one.
     let mut mismatch = None;
-    for j in (upto..=upto + drops_after).rev().filter(|&j| j <= issued) {
-        let want = model_of(plan, &(0..j).collect::<Vec<_>>());
+    for k in (0..=drops_after.len()).rev() {
+        let mut which: Vec<usize> = (0..upto)
+            .filter(|&b| plan.batches[b].drop.is_some())
+            .chain(present.iter().copied())
+            .chain(drops_after[..k].iter().copied())
+            .collect();
+        which.sort_unstable();
+        let want = model_of(plan, &which);
         if got != want {
-            mismatch.get_or_insert((j, first_difference(&want, &got)));
+            mismatch.get_or_insert((which.len(), first_difference(&want, &got)));
             continue;
         }
-        if j < at.durable {
+        if let Some(lost) = (0..at.durable).find(|b| !which.contains(b)) {
             return Err((
                 Kind::LostDurable,
-                format!("{j} batches survived, {} were durable", at.durable),
+                format!("batch {lost} lost; {} were durable", at.durable),
             ));
         }
         mismatch = None;
@@ -441,8 +448,8 @@ fn run_plan(
             Step::Drop(b) => {
                 let slot = plan.batches[*b].drop.expect("a drop");
                 spaces[usize::from(slot) - 1] = drop_and_remake(d, slot).expect("workload drop");
+                // Durable itself, but it makes no earlier write durable.
                 acked.store(b + 1, Ordering::SeqCst);
-                durable.store(b + 1, Ordering::SeqCst);
             }
             Step::Flush => {
                 let before = acked.load(Ordering::SeqCst);

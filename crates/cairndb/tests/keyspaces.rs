@@ -567,3 +567,51 @@ fn model_with_keyspaces() {
     );
     assert!(reached.tables > 4, "tables never held several keyspaces");
 }
+
+/// Many keyspaces written together: each flush makes a level-0 table per
+/// keyspace, and writers must not stall on the count of all of them
+/// (level 0's depth is per keyspace). Fails, instead of hanging, if the
+/// writes do not finish in time.
+#[test]
+fn many_keyspaces_written_together_do_not_stall_writers() {
+    let fs = MemFs::new();
+    let opts = Options {
+        memtable_bytes: 16 << 10,
+        l0_compaction_trigger: 2,
+        l0_compaction_trigger_new_keys: 2,
+        l0_slowdown_trigger: 3,
+        l0_stop_trigger: 4,
+        table_bytes: 8 << 10,
+        level1_bytes: 64 << 10,
+        ..mem_opts(&fs)
+    };
+    let db = Db::open(Path::new("/db"), opts).expect("open");
+    let spaces: Vec<Keyspace> = (0..64)
+        .map(|i| db.keyspace(&format!("ks{i}")).expect("keyspace"))
+        .collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let writer = {
+        let spaces = spaces.clone();
+        std::thread::spawn(move || {
+            for round in 0..40u32 {
+                for ks in &spaces {
+                    ks.put(round.to_be_bytes(), [7u8; 64]).expect("put");
+                }
+            }
+            tx.send(()).expect("send");
+        })
+    };
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_secs(120)).is_ok(),
+        "writes to 64 keyspaces stalled: {:?}",
+        db.stats()
+    );
+    writer.join().expect("writer");
+    for ks in &spaces {
+        assert_eq!(ks.iter().count(), 40);
+    }
+    assert!(
+        db.stats().flushes > 10,
+        "the memtable was flushed many times"
+    );
+}

@@ -263,10 +263,11 @@ impl Db {
 
     /// Drops the keyspace named `name`: its data is gone at once for
     /// every reader, and its tables and values leave in the background.
-    /// The call syncs the journal (so every write acknowledged before it
-    /// survives a crash that the drop survives), records the drop (one
-    /// synced manifest edit) and returns; it takes no longer for a large
-    /// keyspace. Returns false if there is no such keyspace. The name can be used again at once, for a new,
+    /// The call records the drop (one synced manifest edit) and returns;
+    /// it takes no longer for a large keyspace. It does not sync the
+    /// journal: unsynced writes made before it are as durable as before
+    /// (a power cut may lose them while the drop survives). Returns false
+    /// if there is no such keyspace. The name can be used again at once, for a new,
     /// empty keyspace. The default keyspace cannot be dropped
     /// (`InvalidArgument`).
     pub fn drop_keyspace(&self, name: &str) -> Result<bool> {
@@ -281,8 +282,6 @@ impl Db {
         let Some(k) = inner.state.read().version.keyspaces.named(name).cloned() else {
             return Ok(false);
         };
-        // An empty synced write syncs the journal (and its value streams).
-        inner.write(WriteBatch::new(), &WriteOptions::synced())?;
         let edit = Edit {
             dropped_keyspaces: vec![k.id],
             ..Edit::default()

@@ -249,6 +249,8 @@ pub struct Version {
     pub segments: BTreeMap<u64, SegmentLive>,
     /// The keyspaces that exist (the default one aside).
     pub keyspaces: Arc<Registry>,
+    /// `Version::l0_depth`, computed when the version is built.
+    l0_depth: usize,
 }
 
 impl Version {
@@ -291,6 +293,7 @@ impl Version {
             v.levels[rec.level].push(file);
         }
         v.levels[0].sort_by_key(|f| f.number);
+        v.l0_depth = v.count_l0_depth();
         for level in v.levels.iter_mut().skip(1) {
             level.sort_by(|a, b| a.order(b));
         }
@@ -374,10 +377,18 @@ impl Version {
     /// is for a read. A flush writes one table per keyspace it holds, so
     /// this, not the count of all level-0 tables, is what triggers
     /// compaction and slows writers.
+    /// Tables of dropped keyspaces are not counted: compaction does not
+    /// take them, their removal does.
     pub fn l0_depth(&self) -> usize {
+        self.l0_depth
+    }
+
+    fn count_l0_depth(&self) -> usize {
         let mut per: BTreeMap<u32, usize> = BTreeMap::new();
         for f in &self.levels[0] {
-            *per.entry(f.keyspace).or_default() += 1;
+            if self.keyspaces.exists(f.keyspace) {
+                *per.entry(f.keyspace).or_default() += 1;
+            }
         }
         per.into_values().max().unwrap_or(0)
     }

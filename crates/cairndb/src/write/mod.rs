@@ -656,7 +656,7 @@ impl Inner {
                     },
                     s.sealed.len(),
                     s.pressure,
-                    s.version.levels[0].len(),
+                    s.version.l0_depth(),
                 )
             };
             let (pressure, l0) = if background { (pressure, l0) } else { (0.0, 0) };

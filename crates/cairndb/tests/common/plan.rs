@@ -41,8 +41,8 @@ pub struct Batch {
     pub own: Vec<Vec<u8>>,
     pub sync: bool,
     /// `Some(slot)`: not a write but the drop of keyspace `slot`
-    /// (`KEYSPACES[slot - 1]`), made again at once. A drop makes every
-    /// write before it durable, as a synced write does.
+    /// (`KEYSPACES[slot - 1]`), made again at once. A drop is durable when
+    /// it returns, but makes no earlier write durable.
     pub drop: Option<u8>,
 }
 
