@@ -1181,6 +1181,22 @@ fn build_base_image() -> crate::Result<Vec<(String, Vec<u8>)>> {
     batch.delete("k041")?;
     db.write(batch, &synced)?;
     db.put_opt("k070", "last", &synced)?;
+    // Keyspaces: tables and journal ops of two, one of them dropped with
+    // its tables still in place, and a batch spanning keyspaces.
+    let users = db.keyspace("users")?;
+    let gone = db.keyspace("gone")?;
+    for i in 0..20u32 {
+        users.put(format!("u{i:03}"), format!("user-{i}"))?;
+        gone.put(format!("g{i:03}"), vec![b'g'; 40])?;
+    }
+    db.flush()?;
+    let mut batch = WriteBatch::new();
+    batch.put_in(&users, "u100", "in a batch")?;
+    batch.put("k071", "beside it")?;
+    batch.delete_in(&gone, "g001")?;
+    db.write(batch, &synced)?;
+    db.drop_keyspace("gone")?;
+    users.put_opt("u101", "after the drop", &synced)?;
     db.close()?;
     Ok(files_of(&fs, db_dir()))
 }
@@ -1314,6 +1330,14 @@ fn exercise(db: &Db) -> usize {
     let _ = db.flush();
     let snapshot = db.snapshot();
     let _ = db.put_opt("fuzz2", "value2", &WriteOptions::synced());
+    for name in db.keyspaces() {
+        if let Ok(ks) = db.keyspace(&name) {
+            n += ks.iter().take(64).count();
+            n += snapshot.iter_in(&ks).take(16).count();
+            let _ = ks.get("u005");
+        }
+    }
+    let _ = db.drop_keyspace("users");
     let _ = db.compact();
     n += snapshot.iter().take(64).count();
     n += db.iter().take(256).count();
@@ -1429,6 +1453,31 @@ fn model_range(m: &Model, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> Vec<(Vec<
 
 /// A key chosen by `b`: 32 short keys, long keys sharing their prefixes,
 /// the empty key and keys of 0xff bytes.
+/// The keyspaces `ops_model` writes besides the default one; a model key
+/// is the keyspace's slot (0 for the default keyspace, i + 1 for
+/// `MODEL_KEYSPACES[i]`) followed by the user key.
+const MODEL_KEYSPACES: [&str; 2] = ["ka", "kb"];
+
+/// The model key of `key` in keyspace slot `slot`.
+fn slot_key(slot: u8, key: &[u8]) -> Vec<u8> {
+    let mut k = vec![slot];
+    k.extend_from_slice(key);
+    k
+}
+
+/// The keyspace slot bits 5 and 6 of `b` choose.
+fn slot_of(b: u8) -> u8 {
+    (b >> 5) % 3
+}
+
+/// The entries of slot `slot` of `m`, under their user keys.
+fn slot_model(m: &Model, slot: u8) -> Model {
+    m.iter()
+        .filter(|(k, _)| k.first() == Some(&slot))
+        .map(|(k, v)| (k[1..].to_vec(), v.clone()))
+        .collect()
+}
+
 fn model_key(b: u8) -> Vec<u8> {
     let n = b % 32;
     match b >> 5 {
@@ -1463,6 +1512,8 @@ struct ModelRun {
     fs: MemFs,
     flags: u8,
     db: Option<Db>,
+    /// Handles of `MODEL_KEYSPACES` in `db`.
+    spaces: Vec<crate::Keyspace>,
     /// The database's contents at the last (re)open, as checked then.
     base: Model,
     /// Writes since the last (re)open.
@@ -1482,6 +1533,27 @@ struct ModelRun {
     counter: u64,
 }
 
+/// Handles of `MODEL_KEYSPACES` in `db`, each made if missing.
+fn open_model_keyspaces(db: &Db) -> crate::Result<Vec<crate::Keyspace>> {
+    MODEL_KEYSPACES.iter().map(|n| db.keyspace(n)).collect()
+}
+
+/// Everything `db` holds, under model keys.
+fn read_model(db: &Db, spaces: &[crate::Keyspace]) -> crate::Result<Model> {
+    let mut m = Model::new();
+    for kv in db.iter() {
+        let (k, v) = kv?;
+        m.insert(slot_key(0, &k), v);
+    }
+    for (i, ks) in spaces.iter().enumerate() {
+        for kv in ks.iter() {
+            let (k, v) = kv?;
+            m.insert(slot_key(i as u8 + 1, &k), v);
+        }
+    }
+    Ok(m)
+}
+
 impl ModelRun {
     fn new(flags: u8) -> ModelRun {
         let fs = MemFs::with_seed(u64::from(flags));
@@ -1489,10 +1561,15 @@ impl ModelRun {
             Ok(db) => db,
             Err(e) => panic!("creating a database failed: {e}"),
         };
+        let spaces = match open_model_keyspaces(&db) {
+            Ok(spaces) => spaces,
+            Err(e) => panic!("creating keyspaces failed: {e}"),
+        };
         ModelRun {
             fs,
             flags,
             db: Some(db),
+            spaces,
             base: Model::new(),
             writes: Vec::new(),
             durable: 0,
@@ -1531,9 +1608,12 @@ impl ModelRun {
         let refused = db.stats().write_error.is_some();
         let mut batch = WriteBatch::new();
         for (k, v) in &ops {
-            let r = match v {
-                Some(v) => batch.put(k, v),
-                None => batch.delete(k),
+            let (slot, key) = (k[0], &k[1..]);
+            let r = match (self.spaces.get(usize::from(slot).wrapping_sub(1)), v) {
+                (None, Some(v)) => batch.put(key, v),
+                (None, None) => batch.delete(key),
+                (Some(ks), Some(v)) => batch.put_in(ks, key, v),
+                (Some(ks), None) => batch.delete_in(ks, key),
             };
             if let Err(e) = r {
                 panic!("building a batch failed: {e}");
@@ -1561,18 +1641,27 @@ impl ModelRun {
         }
     }
 
+    /// Reads model key `k`.
     fn get(&self, k: &[u8]) {
         let Some(db) = &self.db else { return };
-        match db.get(k) {
+        let (slot, key) = (k[0], &k[1..]);
+        let got = match self.spaces.get(usize::from(slot).wrapping_sub(1)) {
+            Some(ks) => ks.get(key),
+            None => db.get(key),
+        };
+        match got {
             Ok(v) => assert_eq!(v.as_ref(), self.visible.get(k), "get {k:?}"),
             Err(e) => self.allow_error("get", &e),
         }
     }
 
-    fn scan(&self, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, rev: bool) {
+    fn scan(&self, slot: u8, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, rev: bool) {
         let Some(db) = &self.db else { return };
-        let want = model_range(&self.visible, &lo, &hi);
-        let it = db.range((lo.clone(), hi.clone()));
+        let want = model_range(&slot_model(&self.visible, slot), &lo, &hi);
+        let it = match self.spaces.get(usize::from(slot).wrapping_sub(1)) {
+            Some(ks) => ks.range((lo.clone(), hi.clone())),
+            None => db.range((lo.clone(), hi.clone())),
+        };
         let got: crate::Result<Vec<_>> = if rev {
             it.rev().collect()
         } else {
@@ -1597,12 +1686,26 @@ impl ModelRun {
             return;
         };
         match snap.get(k) {
-            Ok(v) => assert_eq!(v.as_ref(), m.get(k), "snapshot get {k:?}"),
+            Ok(v) => assert_eq!(v.as_ref(), m.get(&slot_key(0, k)), "snapshot get {k:?}"),
             Err(e) => self.allow_error("snapshot get", &e),
         }
         match snap.iter().collect::<crate::Result<Vec<_>>>() {
-            Ok(got) => assert!(got == model_range(m, &Bound::Unbounded, &Bound::Unbounded)),
+            Ok(got) => {
+                assert!(got == model_range(&slot_model(m, 0), &Bound::Unbounded, &Bound::Unbounded))
+            }
             Err(e) => self.allow_error("snapshot scan", &e),
+        }
+        for (i, ks) in self.spaces.iter().enumerate() {
+            match snap.iter_in(ks).collect::<crate::Result<Vec<_>>>() {
+                Ok(got) => {
+                    let want = slot_model(m, i as u8 + 1);
+                    assert!(
+                        got == want.into_iter().collect::<Vec<_>>(),
+                        "snapshot scan of {i}"
+                    );
+                }
+                Err(e) => self.allow_error("snapshot scan", &e),
+            }
         }
     }
 
@@ -1708,7 +1811,13 @@ impl ModelRun {
         self.fs.clear_faults();
         self.faulty = false;
         self.flipped = false;
-        let got: Model = match db.iter().collect::<crate::Result<_>>() {
+        // The keyspaces were made (and their edit synced) before any fault
+        // or write: every reopen finds them.
+        self.spaces = match open_model_keyspaces(&db) {
+            Ok(spaces) => spaces,
+            Err(e) => panic!("keyspaces after {how:?}: {e}"),
+        };
+        let got: Model = match read_model(&db, &self.spaces) {
             Ok(got) => got,
             Err(e) => panic!("scan after {how:?} failed: {e}"),
         };
@@ -1732,12 +1841,12 @@ impl ModelRun {
         let op = input.u8();
         match op % 16 {
             0..=2 => {
-                let k = model_key(input.u8());
+                let k = slot_key(slot_of(op), &model_key(input.u8()));
                 let v = self.value(input.u8());
                 self.write(vec![(k, Some(v))], op & 0x80 != 0);
             }
             3 => {
-                let k = model_key(input.u8());
+                let k = slot_key(slot_of(op), &model_key(input.u8()));
                 self.write(vec![(k, None)], op & 0x80 != 0);
             }
             4 => {
@@ -1745,17 +1854,17 @@ impl ModelRun {
                 let mut ops = Vec::new();
                 for _ in 0..n {
                     let b = input.u8();
-                    let k = model_key(input.u8());
+                    let k = slot_key(slot_of(b), &model_key(input.u8()));
                     let v = (!b.is_multiple_of(4)).then(|| self.value(b));
                     ops.push((k, v));
                 }
                 self.write(ops, op & 0x80 != 0);
             }
-            5 => self.get(&model_key(input.u8())),
+            5 => self.get(&slot_key(slot_of(op), &model_key(input.u8()))),
             6 => {
                 let lo = model_bound(input);
                 let hi = model_bound(input);
-                self.scan(lo, hi, op & 0x80 != 0);
+                self.scan(slot_of(op), lo, hi, op & 0x80 != 0);
             }
             7 => self.persist(false),
             8 => self.persist(true),
@@ -1773,14 +1882,14 @@ impl ModelRun {
                 self.reopen(Reopen::Crash(crash, seed));
             }
             13..=15 if op & 0x10 != 0 => self.inject(input),
-            _ => self.get(&model_key(op)),
+            _ => self.get(&slot_key(0, &model_key(op))),
         }
     }
 }
 
 /// Random operations on a database on `MemFs`, checked against a
-/// `BTreeMap`: puts, deletes and batches (synced or not), gets, range
-/// scans both ways, snapshots, flushes, compactions, clean reopens,
+/// `BTreeMap`: puts, deletes and batches (synced or not) in three
+/// keyspaces (batches span them), gets, range scans both ways, snapshots, flushes, compactions, clean reopens,
 /// reopens after a power cut (nothing, part or all of the unsynced state
 /// kept) and injected IO faults (EIO, ENOSPC, a lost fsync, a bit flipped
 /// on read).
@@ -1865,11 +1974,20 @@ pub fn seed_corpus() -> Vec<(&'static str, Vec<u8>)> {
     let tables = file(".table");
     let mut out: Vec<(&'static str, Vec<u8>)> = Vec::new();
 
+    // The database's identity, which seeds its journals' framing with
+    // their numbers (format.md §Log records): from the first edit of its
+    // manifest.
+    let db_id = manifests
+        .first()
+        .and_then(|m| records_of(m, Framing::Plain).into_iter().next())
+        .and_then(|(_, edit)| Edit::decode(&edit).ok()?.db_id)
+        .unwrap_or(0);
     let journal_kinds = [RecordKind::NumberedBatch];
     for (number, j) in &journals {
         let n = number.to_le_bytes();
         out.push(("journal", cat(&[&[2], &n, j])));
-        let records = records_of(j, Framing::Numbered(u64::from(*number)));
+        let seed = log::journal_seed(u64::from(*number), db_id);
+        let records = records_of(j, Framing::Numbered(seed));
         let body = sealed_input(&records, &journal_kinds);
         out.push(("journal", cat(&[&[3], &n, &[0, 0, 0, 0], &body])));
         out.push(("journal", cat(&[&[3], &n, &[3, 40, 0, 0x20], &body])));

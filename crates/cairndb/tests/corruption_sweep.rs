@@ -58,6 +58,23 @@ use std::time::{Duration, Instant};
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 const DIR: &str = "/db";
+/// The canonical database's keyspace besides the default one; its keys
+/// are in the model behind `KS_PREFIX`.
+const KS: &str = "ks";
+const KS_PREFIX: &[u8] = b"\xffks:";
+
+fn ks_key(k: &[u8]) -> Vec<u8> {
+    [KS_PREFIX, k].concat()
+}
+
+/// The keyspace `KS` of `db`, if it exists (none is made).
+fn keyspace(db: &Db) -> Option<cairndb::Keyspace> {
+    db.keyspaces()
+        .iter()
+        .any(|n| n == KS)
+        .then(|| db.keyspace(KS).ok())
+        .flatten()
+}
 
 fn opts(fs: &MemFs) -> Options {
     Options {
@@ -110,7 +127,20 @@ fn canonical(rng: &mut StdRng, machine: u64) -> (Image, Vec<Model>) {
     }
     db.delete("a001").expect("delete");
     model.remove(b"a001".as_slice());
+    // A keyspace with tables on both levels and ops in the journal (its
+    // model keys are prefixed with `KS_PREFIX`).
+    let ks = db.keyspace(KS).expect("keyspace");
+    for i in 0..40 {
+        let (k, v) = (format!("k{i:03}"), format!("in-ks-{i}"));
+        ks.put(&k, &v).expect("put in ks");
+        model.insert(ks_key(k.as_bytes()), v.into_bytes());
+    }
     db.compact().expect("compact");
+    for i in (0..40).step_by(5) {
+        let k = format!("k{i:03}");
+        ks.delete(&k).expect("delete in ks");
+        model.remove(&ks_key(k.as_bytes()));
+    }
     for i in 0..150 {
         let v: Vec<u8> = (0..rng.random_range(0..30)).map(|_| rng.random()).collect();
         put(&db, &mut model, format!("b{i:03}"), v);
@@ -127,6 +157,10 @@ fn canonical(rng: &mut StdRng, machine: u64) -> (Image, Vec<Model>) {
         }
         b.delete(format!("a{:03}", i * 3)).expect("batch delete");
         model.remove(format!("a{:03}", i * 3).as_bytes());
+        let k = format!("j{i}");
+        b.put_in(&ks, &k, format!("ks-journal-{i}"))
+            .expect("batch put_in");
+        model.insert(ks_key(k.as_bytes()), format!("ks-journal-{i}").into_bytes());
         db.write(b, &WriteOptions { sync: i % 2 == 0 })
             .expect("write");
         states.push(model.clone());
@@ -523,8 +557,13 @@ fn check(image: &Image, file: &str, states: &[Model]) -> Outcome {
     let allowed: &[Model] = std::slice::from_ref(full);
     let mut read_error = false;
     let keys: BTreeSet<&Vec<u8>> = states.iter().flat_map(|m| m.keys()).collect();
+    let ks = keyspace(&db);
     for k in keys {
-        match db.get(k) {
+        let got = match k.strip_prefix(KS_PREFIX) {
+            Some(k) => ks.as_ref().map_or(Ok(None), |ks| ks.get(k)),
+            None => db.get(k),
+        };
+        match got {
             Ok(got) => {
                 if !allowed.iter().any(|m| m.get(k) == got.as_ref()) {
                     return Outcome::Wrong(format!(
@@ -545,6 +584,19 @@ fn check(image: &Image, file: &str, states: &[Model]) -> Outcome {
         } else {
             db.iter().collect()
         };
+        // The keyspace's rows, read in the same direction (the model is a
+        // map: their order past this point does not matter).
+        let rows = rows.and_then(|mut rows| {
+            if let Some(ks) = &ks {
+                let more: cairndb::Result<Vec<_>> = if rev {
+                    ks.iter().rev().collect()
+                } else {
+                    ks.iter().collect()
+                };
+                rows.extend(more?.into_iter().map(|(k, v)| (ks_key(&k), v)));
+            }
+            Ok(rows)
+        });
         match rows {
             Ok(mut rows) => {
                 if rev {
