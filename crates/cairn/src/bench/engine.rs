@@ -94,6 +94,20 @@ pub trait Txn {
     fn commit(self: Box<Self>, sync: bool) -> BenchResult<bool>;
 }
 
+/// Named keyspaces of one database (CairnDB's keyspaces), where the
+/// adapter has them: writes to several at once are one group commit.
+pub trait Keyspaces: Send + Sync {
+    /// Opens keyspace `name`, creating it if it does not exist; returns
+    /// the index `write_in` and `get_in` take.
+    fn open_keyspace(&self, name: &str) -> BenchResult<usize>;
+    /// Applies `ops` to keyspace `ks` atomically, durably on return if
+    /// `sync`.
+    fn write_in(&self, ks: usize, ops: &[BatchOp], sync: bool) -> BenchResult<()>;
+    fn get_in(&self, ks: usize, key: &[u8]) -> BenchResult<Option<Vec<u8>>>;
+    /// Drops keyspace `name` (its index is not used again).
+    fn drop_keyspace(&self, name: &str) -> BenchResult<()>;
+}
+
 /// An open database of some engine. Shared by the workload's threads.
 pub trait Engine: Send + Sync {
     fn name(&self) -> &'static str;
@@ -172,6 +186,11 @@ pub trait Engine: Send + Sync {
     /// not applied ("none: LMDB has no compression"). Every adapter
     /// states it, so no engine's setting goes unreported.
     fn compression(&self) -> String;
+    /// The adapter's keyspaces, or `None` if it has none (the keyspaces
+    /// workload then skips the engine).
+    fn keyspaces(&self) -> Option<&dyn Keyspaces> {
+        None
+    }
 }
 
 /// CairnDB variants, each an engine of its own in `--engines`:
@@ -355,6 +374,8 @@ pub struct CairnEngine {
     separation_min: usize,
     /// Whether the database settles values while idle.
     settles_when_idle: bool,
+    /// Keyspaces opened through `Keyspaces::open_keyspace`, by index.
+    spaces: std::sync::RwLock<Vec<cairndb::Keyspace>>,
 }
 
 impl CairnEngine {
@@ -371,7 +392,50 @@ impl CairnEngine {
             separation_min: opts.value_separation_min,
             db: cairndb::Db::open(dir, opts)?,
             name,
+            spaces: std::sync::RwLock::new(Vec::new()),
         })
+    }
+
+    fn space(&self, ks: usize) -> BenchResult<cairndb::Keyspace> {
+        let spaces = self.spaces.read().map_err(|_| "keyspace list poisoned")?;
+        Ok(spaces
+            .get(ks)
+            .ok_or_else(|| format!("no keyspace {ks}"))?
+            .clone())
+    }
+}
+
+impl Keyspaces for CairnEngine {
+    fn open_keyspace(&self, name: &str) -> BenchResult<usize> {
+        let ks = self.db.keyspace_with(
+            name,
+            cairndb::KeyspaceOptions {
+                compression: self.compression,
+                value_separation_min: self.separation_min,
+                ..cairndb::KeyspaceOptions::default()
+            },
+        )?;
+        let mut spaces = self.spaces.write().map_err(|_| "keyspace list poisoned")?;
+        spaces.push(ks);
+        Ok(spaces.len() - 1)
+    }
+    fn write_in(&self, ks: usize, ops: &[BatchOp], sync: bool) -> BenchResult<()> {
+        let ks = self.space(ks)?;
+        let mut b = cairndb::WriteBatch::new();
+        for (k, v) in ops {
+            match v {
+                Some(v) => b.put_in(&ks, k, v)?,
+                None => b.delete_in(&ks, k)?,
+            }
+        }
+        Ok(self.db.write(b, &cairndb::WriteOptions { sync })?)
+    }
+    fn get_in(&self, ks: usize, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+        Ok(self.space(ks)?.get(key)?)
+    }
+    fn drop_keyspace(&self, name: &str) -> BenchResult<()> {
+        self.db.drop_keyspace(name)?;
+        Ok(())
     }
 }
 
@@ -478,6 +542,9 @@ impl Engine for CairnEngine {
                 self.separation_min
             )
         }
+    }
+    fn keyspaces(&self) -> Option<&dyn Keyspaces> {
+        Some(self)
     }
     fn space_note(&self) -> Option<String> {
         let s = self.db.stats();

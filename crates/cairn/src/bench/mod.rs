@@ -9,7 +9,7 @@
 //! - `device`: direct-IO probes of the disk under the scratch directory.
 //! - `engine`: the `Engine` trait and adapters (CairnDB and its control
 //!   variants; peers behind cargo features).
-//! - `workloads`: dbbench, synctx, ycsb, contest, txn-scaling.
+//! - `workloads`: dbbench, synctx, ycsb, contest, txn-scaling, keyspaces.
 //! - `monitor`: the per-second timeline (ops, MB/s, CPU, disk, RSS).
 //! - `report`: the summary table, JSON lines, plots.
 
@@ -136,7 +136,8 @@ impl Row {
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Workloads to run, comma-separated: dbbench, synctx, ycsb,
-    /// txn-scaling, contest. Without it, the default suite runs all five, with
+    /// txn-scaling, contest, keyspaces. Without it, the default suite runs
+    /// all but keyspaces, with
     /// `contest` scaled down (1 GiB under a 512 MiB cap) so the suite takes
     /// minutes.
     #[arg(long, value_delimiter = ',')]
@@ -227,6 +228,14 @@ pub struct BenchArgs {
     /// the contest runs as it was (write, process ended, read, range).
     #[arg(long)]
     pub contest_extras: bool,
+    /// keyspaces: puts per keyspace count (1, 8, 64), all its slices
+    /// together.
+    #[arg(long, default_value_t = 3_000_000)]
+    pub ks_ops: u64,
+    /// keyspaces: MiB of 1 KiB values in the keyspace dropped while
+    /// writes go on.
+    #[arg(long, default_value_t = 1024)]
+    pub ks_drop_mib: u64,
     /// Cache budget given to every engine, in MiB.
     #[arg(long, default_value_t = 64)]
     pub cache_mib: usize,
@@ -305,6 +314,8 @@ impl BenchArgs {
             self.txn_secs = self.txn_secs.min(0.05);
             self.txn_rounds = 1;
             self.txn_puts = self.txn_puts.min(10_000);
+            self.ks_ops = self.ks_ops.min(6_000);
+            self.ks_drop_mib = self.ks_drop_mib.min(8);
             self.contest_keys = Some(self.contest_keys.unwrap_or(4_096).min(4_096));
             self.mem_cap_mib = Some(0);
             self.probe_mib = Some(self.probe_mib.unwrap_or(64).min(64));
@@ -453,6 +464,16 @@ pub fn run(mut args: BenchArgs) -> BenchResult<()> {
                         secs: args.txn_secs,
                         rounds: args.txn_rounds,
                         puts: args.txn_puts,
+                        seed: args.seed,
+                    },
+                ),
+                "keyspaces" => workloads::keyspaces::run(
+                    &mut ctx,
+                    &workloads::keyspaces::Config {
+                        ops: args.ks_ops,
+                        threads: args.threads.max(1),
+                        value_len: args.value_size,
+                        drop_bytes: args.ks_drop_mib << 20,
                         seed: args.seed,
                     },
                 ),

@@ -9,6 +9,7 @@
 
 pub mod contest;
 pub mod dbbench;
+pub mod keyspaces;
 pub mod synctx;
 pub mod txn_scaling;
 pub mod ycsb;
