@@ -16,6 +16,8 @@ use std::thread::JoinHandle;
 
 struct Handle {
     inner: Arc<Inner>,
+    /// The default keyspace, whose reads `Db`'s own methods are.
+    default: Keyspace,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -130,6 +132,7 @@ impl Db {
         }
         Ok(Db {
             handle: Arc::new(Handle {
+                default: Keyspace::default_of(inner.clone()),
                 inner,
                 threads: Mutex::new(threads),
             }),
@@ -198,33 +201,23 @@ impl Db {
     /// another: for a caller that needs several values at once, far less
     /// waiting than a loop of `get`.
     pub fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Vec<u8>>>> {
-        let (view, seqno) = self.inner().view_and_seqno();
-        multi_get(&view, DEFAULT_ID, seqno, keys)
-    }
-
-    fn iter_bounds(&self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) -> Iter {
-        let (view, seqno) = self.inner().view_and_seqno();
-        Iter::new(view, DEFAULT_ID, seqno, lower, upper)
+        self.handle.default.multi_get(keys)
     }
 
     /// Keys in `range` with their values, in key order (`.rev()` for
     /// descending), as of this call.
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
-        self.iter_bounds(
-            owned_bound(range.start_bound()),
-            owned_bound(range.end_bound()),
-        )
+        self.handle.default.range(range)
     }
 
     /// Every key with its value, in key order.
     pub fn iter(&self) -> Iter {
-        self.iter_bounds(Bound::Unbounded, Bound::Unbounded)
+        self.handle.default.iter()
     }
 
     /// Keys starting with `prefix`, in key order.
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter {
-        let (lo, hi) = prefix_bounds(prefix.as_ref());
-        self.iter_bounds(lo, hi)
+        self.handle.default.prefix(prefix)
     }
 
     /// A consistent view of the database as of now, kept until dropped.

@@ -61,6 +61,15 @@ impl std::fmt::Debug for Keyspace {
 }
 
 impl Keyspace {
+    /// The default keyspace of the database `inner`.
+    pub(crate) fn default_of(inner: Arc<Inner>) -> Keyspace {
+        Keyspace {
+            inner,
+            id: DEFAULT_ID,
+            name: Arc::from(DEFAULT_NAME),
+        }
+    }
+
     /// The keyspace's name.
     pub fn name(&self) -> &str {
         &self.name
