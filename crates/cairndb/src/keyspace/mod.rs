@@ -39,8 +39,8 @@ pub const DEFAULT_NAME: &str = "default";
 
 /// A handle to one keyspace of an open database: what [`Db`] has for
 /// data (`put`, `get`, `delete`, `multi_get`, `range`, `iter`, `prefix`),
-/// in this keyspace. Cheap to clone, `Send + Sync`. Like a [`Snapshot`]
-/// (crate::Snapshot), it does not keep the database open: after
+/// in this keyspace. Cheap to clone, `Send + Sync`. Like a
+/// [`Snapshot`](crate::Snapshot), it does not keep the database open: after
 /// [`Db::close`] its calls answer `Error::Closed`. After the keyspace is
 /// dropped they answer `Error::KeyspaceDropped`, also when a keyspace of
 /// the same name was created since (that one is a new keyspace).
