@@ -478,38 +478,12 @@ fn disk_block(rows: &[Row]) -> String {
             opt_f(r.space_amp),
         ]);
     }
-    let widths: Vec<usize> = (0..table[0].len())
-        .map(|c| {
-            table
-                .iter()
-                .map(|t| t[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::from(
+    render_table(
         "\nBytes on disk (the database directory: bytes = files' lengths, \
          allocated = st_blocks × 512)\n",
-    );
-    for (i, t) in table.iter().enumerate() {
-        let mut line = String::from(" ");
-        for (c, cell) in t.iter().enumerate() {
-            let w = widths[c];
-            if c < 3 {
-                let _ = write!(line, " {cell:<w$}");
-            } else {
-                let _ = write!(line, "  {cell:>w$}");
-            }
-        }
-        let line = line.trim_end();
-        out.push_str(line);
-        out.push('\n');
-        if i == 0 {
-            let width = line.chars().count().saturating_sub(2);
-            let _ = writeln!(out, "  {}", "-".repeat(width));
-        }
-    }
-    out
+        &table,
+        3,
+    )
 }
 
 /// Where `cairndb` ran beside its controls (the other `CAIRN_VARIANTS`):
@@ -560,38 +534,11 @@ fn controls_block(rows: &[Row]) -> String {
         }
         table.push(line);
     }
-    let ncol = table[0].len();
-    let widths: Vec<usize> = (0..ncol)
-        .map(|c| {
-            table
-                .iter()
-                .map(|t| t[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::from(
+    render_table(
         "\nCairnDB against its controls (cairndb's rate / the control's, same run; >1: cairndb faster)\n",
-    );
-    for (i, t) in table.iter().enumerate() {
-        let mut line = String::from(" ");
-        for (c, cell) in t.iter().enumerate() {
-            let w = widths[c];
-            if c < 2 {
-                let _ = write!(line, " {cell:<w$}");
-            } else {
-                let _ = write!(line, "  {cell:>w$}");
-            }
-        }
-        let line = line.trim_end();
-        out.push_str(line);
-        out.push('\n');
-        if i == 0 {
-            let width = line.chars().count().saturating_sub(2);
-            let _ = writeln!(out, "  {}", "-".repeat(width));
-        }
-    }
-    out
+        &table,
+        2,
+    )
 }
 
 /// Prints the device limits and the rows as a table on stdout.
@@ -1038,6 +985,42 @@ pub fn plot(
     let ratios = dir.join("ratios.svg");
     plot_ratios(&ratios, rows)?;
     Ok(vec![timeline, ratios])
+}
+
+/// `title`, then `table` (its first row the header, underlined) in
+/// columns as wide as their widest cell: the first `left` columns
+/// left-aligned, the others right-aligned.
+fn render_table(title: &str, table: &[Vec<String>], left: usize) -> String {
+    let ncol = table.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..ncol)
+        .map(|c| {
+            table
+                .iter()
+                .map(|t| t[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::from(title);
+    for (i, t) in table.iter().enumerate() {
+        let mut line = String::from(" ");
+        for (c, cell) in t.iter().enumerate() {
+            let w = widths[c];
+            if c < left {
+                let _ = write!(line, " {cell:<w$}");
+            } else {
+                let _ = write!(line, "  {cell:>w$}");
+            }
+        }
+        let line = line.trim_end();
+        out.push_str(line);
+        out.push('\n');
+        if i == 0 {
+            let width = line.chars().count().saturating_sub(2);
+            let _ = writeln!(out, "  {}", "-".repeat(width));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
