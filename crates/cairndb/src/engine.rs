@@ -346,9 +346,9 @@ impl Inner {
         self.bg_cv.notify_all();
     }
 
-    /// The oldest seqno some snapshot or transaction may still read at.
-    pub fn oldest_snapshot(&self) -> u64 {
-        self.pins.oldest(&self.last_seqno)
+    /// Every seqno a snapshot, a transaction or a new reader may read at.
+    pub fn read_points(&self) -> crate::txn::registry::ReadPoints {
+        self.pins.read_points(&self.last_seqno)
     }
 
     /// Stops background work and syncs the journal. Returns the journal's

@@ -646,6 +646,56 @@ fn snapshot_pins_old_versions_across_compaction() {
 }
 
 #[test]
+fn a_flush_writes_only_the_versions_a_snapshot_can_read() {
+    // A key overwritten many times in one memtable: the table its flush
+    // writes holds the newest version, and the one a live snapshot reads,
+    // not every version in between (each one a step for every scan that
+    // passes the key until a compaction merges them away).
+    let fs = MemFs::new();
+    let db = Db::open(dir(), mem_opts(&fs, 64 << 20)).expect("open");
+    for i in 0..500u32 {
+        db.put("hot", i.to_be_bytes()).expect("put");
+    }
+    let snap = db.snapshot();
+    for i in 500..1000u32 {
+        db.put("hot", i.to_be_bytes()).expect("put");
+    }
+    db.put("cold", "x").expect("put");
+    db.flush().expect("flush");
+    assert_eq!(
+        db.stats().table_entries,
+        3,
+        "the newest version of each key, and the one the snapshot reads"
+    );
+    assert_eq!(
+        snap.get("hot").expect("snapshot get"),
+        Some(499u32.to_be_bytes().to_vec())
+    );
+    assert_eq!(
+        db.get("hot").expect("get"),
+        Some(999u32.to_be_bytes().to_vec())
+    );
+    drop(snap);
+    for i in 0..1000u32 {
+        db.put("hot", i.to_be_bytes()).expect("put");
+    }
+    db.delete("cold").expect("delete");
+    db.flush().expect("flush");
+    assert_eq!(
+        db.stats().table_entries,
+        5,
+        "one version of each key per table, the tombstone kept"
+    );
+    drop(db);
+    let db = Db::open(dir(), mem_opts(&fs, 64 << 20)).expect("reopen");
+    assert_eq!(
+        db.get("hot").expect("get"),
+        Some(999u32.to_be_bytes().to_vec())
+    );
+    assert_eq!(db.get("cold").expect("get"), None);
+}
+
+#[test]
 fn damaged_last_manifest_edit_is_corruption_not_stale_data() {
     // Regression: a damaged last edit read like a torn one and was dropped,
     // reviving the version before it (whose journal had been deleted).

@@ -149,7 +149,8 @@ pub(super) fn merge_into(
     let (table_opts, table_bytes) = inner
         .table_opts_for(v, keyspace)
         .unwrap_or_else(|| (inner.table_opts.clone(), inner.opts.table_bytes));
-    let oldest_snapshot = inner.oldest_snapshot();
+    let reads = inner.read_points();
+    let oldest_snapshot = reads.oldest();
     // Value bytes moved out of journals by settling (also in `moves`).
     let mut settled = 0u64;
     let mut merged = open_inputs(inner, inputs)?;
@@ -188,7 +189,7 @@ pub(super) fn merge_into(
             current = Some(user.to_vec());
             newer_seqno = u64::MAX;
         }
-        let shadowed = newer_seqno <= oldest_snapshot;
+        let shadowed = !reads.reads(seqno, newer_seqno);
         let dead_tombstone = key::tag_kind(tag) == Kind::Delete as u8
             && seqno <= oldest_snapshot
             && is_base_level(v, out_level, keyspace, user);

@@ -13,7 +13,8 @@
 //! with nothing below it is moved by a manifest edit alone.
 //!
 //! Merging keeps, per user key, the newest version and every older version
-//! some snapshot may still read; a tombstone is dropped once no snapshot
+//! some snapshot may still read (a read point between it and the next
+//! newer version, `ReadPoints::reads`); a tombstone is dropped once no snapshot
 //! needs it and no deeper level holds the key. Outputs are cut at
 //! `table_bytes`, only between user keys, so the tables of a level never
 //! share a user key.

@@ -16,6 +16,7 @@ use crate::format::table::{TableOptions, TableWriter};
 use crate::format::vptr::ValuePtr;
 use crate::io::Fs;
 use crate::memtable::Memtable;
+use crate::txn::registry::ReadPoints;
 use crate::version::files;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -38,10 +39,19 @@ pub(crate) struct Flushed {
 /// answers `None` for (dropped) are left out. The number of every file
 /// created goes to `created` first, so a caller can remove them after a
 /// failure.
+///
+/// A version no read point of `reads` reads is left out, as compaction
+/// leaves it out (`compaction::merge`): no snapshot or transaction can
+/// read it, and readers that took their view before the flush read the
+/// memtable itself. A key overwritten thousands of times in one memtable
+/// (a zipfian update load) becomes one entry, not thousands that every
+/// scan passing it would step over until a compaction merged them away.
+/// Tombstones stay: older versions may lie in deeper tables.
 pub(crate) fn write_tables(
     fs: &dyn Fs,
     dir: &Path,
     mem: &Memtable,
+    reads: &ReadPoints,
     number: &mut dyn FnMut() -> u64,
     opts_for: &dyn Fn(u32) -> Option<TableOptions>,
     created: &mut Vec<u64>,
@@ -69,8 +79,13 @@ pub(crate) fn write_tables(
         Ok(())
     };
     let mut max_seqno = 0;
+    // The user key of the keyspace's previous entry and that entry's seqno
+    // (entries come in internal order: by key, then newest first).
+    let mut previous: Option<Vec<u8>> = None;
+    let mut newer_seqno = u64::MAX;
     mem.for_each(|keyspace, ikey, value| {
         if current.as_ref().is_none_or(|(k, _)| *k != keyspace) {
+            previous = None;
             if let Some((k, table)) = current.take() {
                 finish(table, k)?;
             }
@@ -91,10 +106,26 @@ pub(crate) fn write_tables(
             };
             current = Some((keyspace, table));
         }
-        let Some((_, tag)) = key::split(ikey) else {
+        let Some((user, tag)) = key::split(ikey) else {
             unreachable!("a memtable's keys carry their tags");
         };
-        max_seqno = max_seqno.max(key::tag_seqno(tag));
+        let seqno = key::tag_seqno(tag);
+        max_seqno = max_seqno.max(seqno);
+        match &mut previous {
+            Some(p) if p.as_slice() == user => {
+                let read = reads.reads(seqno, newer_seqno);
+                newer_seqno = seqno;
+                if !read {
+                    return Ok(());
+                }
+            }
+            _ => {
+                let p = previous.get_or_insert_with(Vec::new);
+                p.clear();
+                p.extend_from_slice(user);
+                newer_seqno = seqno;
+            }
+        }
         let Some((_, Some((_, writer)))) = &mut current else {
             return Ok(());
         };
@@ -180,6 +211,7 @@ fn flush_oldest(inner: &Inner) -> Result<()> {
         &*inner.fs,
         &inner.dir,
         &mem,
+        &inner.read_points(),
         &mut || inner.new_file_number(),
         &|keyspace| inner.table_opts_for(&version, keyspace).map(|(o, _)| o),
         &mut created,

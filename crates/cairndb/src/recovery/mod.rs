@@ -1230,7 +1230,17 @@ fn flush_during_open(
         // A table left by a failure here is an orphan the next open
         // deletes; this open fails.
         let mut numbers = || first.take().unwrap_or_else(number);
-        let f = crate::flush::write_tables(fs, dir, mem, &mut numbers, opts_for, &mut Vec::new())?;
+        let f = crate::flush::write_tables(
+            fs,
+            dir,
+            mem,
+            // No reader exists yet: one of everything, which reads each
+            // key's newest version only.
+            &crate::txn::registry::ReadPoints::of(vec![crate::limits::SEQNO_MAX]),
+            &mut numbers,
+            opts_for,
+            &mut Vec::new(),
+        )?;
         edit.added.extend(f.records);
         edit.last_seqno = Some(edit.last_seqno.unwrap_or(0).max(f.max_seqno));
         edit.value_live.extend(f.value_live);

@@ -4,14 +4,15 @@
 //! keeps every version they can see. Pinning must be cheap and must not
 //! serialize threads: a pin takes a slot in the calling thread's home
 //! shard (threads are spread over the shards round-robin), each shard on
-//! its own cache lines. Compaction finds the oldest pinned seqno by visiting
-//! the slots, never by locking them.
+//! its own cache lines. Flush and compaction find the pinned seqnos by
+//! visiting the slots, never by locking them.
 //!
 //! Protocol (all `SeqCst`):
 //! - pin: claim a free slot by CAS to `PENDING`, then load `last_seqno`,
 //!   then store that seqno in the slot;
-//! - oldest: load `last_seqno` as `L`, then read every slot, waiting out a
-//!   `PENDING` one; the answer is the minimum of `L` and the slots.
+//! - read points: load `last_seqno` as `L`, then read every slot, waiting
+//!   out a `PENDING` one; the answer is `L` and the seqnos in the slots
+//!   (oldest: their minimum).
 //!
 //! If the scan read a slot before a pin claimed it, the pin's load of
 //! `last_seqno` comes after the scan's in the single total order, so the
@@ -44,6 +45,43 @@ struct Shard {
 pub(crate) struct Registry {
     shards: Box<[CachePadded<Shard>]>,
     overflow: Mutex<BTreeMap<u64, usize>>,
+}
+
+/// The seqnos readers may read at, as [`Registry::read_points`] found
+/// them: sorted, without repeats, never empty. A pin taken after the scan
+/// reads at a seqno at least the largest of them (the protocol above).
+pub(crate) struct ReadPoints(Vec<u64>);
+
+impl ReadPoints {
+    /// Read points at these seqnos (sorted or not): for tests, and for
+    /// code that runs before any reader exists.
+    pub fn of(mut points: Vec<u64>) -> Self {
+        assert!(
+            !points.is_empty(),
+            "a reader of the newest data always counts"
+        );
+        points.sort_unstable();
+        points.dedup();
+        ReadPoints(points)
+    }
+
+    pub fn oldest(&self) -> u64 {
+        self.0[0]
+    }
+
+    /// True if a version of a key written at `seqno` is read at some read
+    /// point, its next newer version of that key having been written at
+    /// `newer` (`u64::MAX`: there is none): some point lies in
+    /// `[seqno, newer)`. A version no point reads is shadowed for good, as
+    /// readers that come later read newer data.
+    pub fn reads(&self, seqno: u64, newer: u64) -> bool {
+        assert!(seqno < newer, "a key's newer version has the larger seqno");
+        if newer == u64::MAX {
+            return true;
+        }
+        let i = self.0.partition_point(|&p| p < seqno);
+        self.0.get(i).is_some_and(|&p| p < newer)
+    }
 }
 
 /// Where a pin lives; released by [`Registry::unpin`].
@@ -116,7 +154,13 @@ impl Registry {
     /// The oldest seqno any pin may read at: the minimum of the pinned
     /// seqnos and the current `last_seqno`.
     pub fn oldest(&self, last_seqno: &AtomicU64) -> u64 {
-        let mut oldest = last_seqno.load(SeqCst);
+        self.read_points(last_seqno).oldest()
+    }
+
+    /// Every seqno a reader may read at: the pinned seqnos and the current
+    /// `last_seqno` (what a new reader would read at), by one scan.
+    pub fn read_points(&self, last_seqno: &AtomicU64) -> ReadPoints {
+        let mut points = vec![last_seqno.load(SeqCst)];
         for shard in self.shards.iter() {
             for cell in &shard.slots {
                 let mut spins = 0u32;
@@ -133,14 +177,14 @@ impl Registry {
                     }
                 };
                 if v != FREE {
-                    oldest = oldest.min(v);
+                    points.push(v);
                 }
             }
         }
-        if let Some((&s, _)) = self.overflow.lock().first_key_value() {
-            oldest = oldest.min(s);
-        }
-        oldest
+        points.extend(self.overflow.lock().keys());
+        points.sort_unstable();
+        points.dedup();
+        ReadPoints(points)
     }
 
     /// Number of pins held (for tests and stats).
@@ -158,6 +202,26 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_points_read_a_version_only_between_it_and_its_successor() {
+        let r = Registry::new();
+        let last = AtomicU64::new(10);
+        let (a, sa) = r.pin(&last);
+        last.store(20, SeqCst);
+        let points = r.read_points(&last);
+        assert_eq!(points.oldest(), 10);
+        assert!(points.reads(5, 11), "the pin at 10 reads it");
+        assert!(!points.reads(5, 10), "the pin at 10 reads the newer one");
+        assert!(!points.reads(11, 15), "no point between 11 and 15");
+        assert!(points.reads(15, 21), "a new reader at 20 reads it");
+        assert!(
+            points.reads(25, u64::MAX),
+            "the newest version always counts"
+        );
+        r.unpin(&a, sa);
+        assert!(!r.read_points(&last).reads(5, 11));
+    }
 
     #[test]
     fn oldest_is_the_minimum_pin_and_overflow_works() {
