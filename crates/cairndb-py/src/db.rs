@@ -331,7 +331,10 @@ impl Data {
 
     /// A `Snapshot`: a consistent view of the database as of now.
     fn snapshot(&self) -> PyResult<Snapshot> {
-        Ok(Snapshot::new(self.target.view()?, self.target.prefix.clone()))
+        Ok(Snapshot::new(
+            self.target.view()?,
+            self.target.prefix.clone(),
+        ))
     }
 
     /// A `PrefixedDB` whose keys are this object's keys under `prefix`.
@@ -413,8 +416,7 @@ impl DB {
         comparator_name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyClassInitializer<Self>> {
         let _ = (paranoid_checks, bloom_filter_bits);
-        if comparator.is_some_and(|c| !c.is_none())
-            || comparator_name.is_some_and(|c| !c.is_none())
+        if comparator.is_some_and(|c| !c.is_none()) || comparator_name.is_some_and(|c| !c.is_none())
         {
             return Err(PyNotImplementedError::new_err(
                 "custom comparators are not supported: CairnDB orders keys bytewise",
@@ -462,9 +464,11 @@ impl DB {
             ks: None,
             prefix: Vec::new(),
         };
-        Ok(PyClassInitializer::from(Data::new(target, None)).add_subclass(DB {
-            name: name.clone().unbind(),
-        }))
+        Ok(
+            PyClassInitializer::from(Data::new(target, None)).add_subclass(DB {
+                name: name.clone().unbind(),
+            }),
+        )
     }
 
     /// The name (path) the database was opened with.
@@ -512,7 +516,10 @@ impl DB {
     /// level: CairnDB does not list table files),
     /// `leveldb.approximate-memory-usage`; `cairndb.stats` (every counter).
     /// `None` for any other name.
-    fn get_property(slf: &Bound<'_, Self>, name: &Bound<'_, PyBytes>) -> PyResult<Option<Py<PyBytes>>> {
+    fn get_property(
+        slf: &Bound<'_, Self>,
+        name: &Bound<'_, PyBytes>,
+    ) -> PyResult<Option<Py<PyBytes>>> {
         let py = slf.py();
         let db = target(slf).core.db()?;
         let stats = py.detach(|| db.stats());
@@ -645,11 +652,22 @@ fn range_bytes(db: &cairndb::Db, start: Vec<u8>, stop: Vec<u8>) -> cairndb::Resu
 fn property(s: &cairndb::Stats, name: &str) -> Option<String> {
     if let Some(level) = name.strip_prefix("leveldb.num-files-at-level") {
         let level: usize = level.parse().ok()?;
-        return Some(s.tables_per_level.get(level).copied().unwrap_or(0).to_string());
+        return Some(
+            s.tables_per_level
+                .get(level)
+                .copied()
+                .unwrap_or(0)
+                .to_string(),
+        );
     }
     let levels = || {
         let mut t = String::new();
-        for (i, (n, b)) in s.tables_per_level.iter().zip(&s.bytes_per_level).enumerate() {
+        for (i, (n, b)) in s
+            .tables_per_level
+            .iter()
+            .zip(&s.bytes_per_level)
+            .enumerate()
+        {
             t.push_str(&format!("{i:>5} {n:>8} {:>10.3}\n", *b as f64 / 1048576.0));
         }
         t
@@ -716,9 +734,12 @@ pub struct WriteBatch {
     target: Target,
     transaction: bool,
     sync: bool,
-    /// Keys (prefix included) with their value, or `None` for a delete.
-    ops: Mutex<Vec<(Vec<u8>, Option<Vec<u8>>)>>,
+    ops: Mutex<Vec<BatchOp>>,
 }
+
+/// A key of a `WriteBatch` (prefix included) with its value, or `None`
+/// for a delete.
+type BatchOp = (Vec<u8>, Option<Vec<u8>>);
 
 #[pymethods]
 impl WriteBatch {
@@ -847,17 +868,25 @@ impl Snapshot {
         let _ = (verify_checksums, fill_cache);
         let key = [self.prefix.as_slice(), &arg_bytes(key, "key")?].concat();
         let view = self.view()?;
-        let v = py
-            .detach(|| view.get(&key))
-            .map_err(|e| match e {
-                cairndb::Error::Closed => closed_snapshot(),
-                e => engine_err(py, e),
-            })?;
+        let v = py.detach(|| view.get(&key)).map_err(|e| match e {
+            cairndb::Error::Closed => closed_snapshot(),
+            e => engine_err(py, e),
+        })?;
         Ok(found(py, v, default))
     }
 
     fn __iter__(&self) -> PyResult<Iterator> {
-        let spec = iter_spec(&self.prefix, false, None, None, true, false, None, true, true)?;
+        let spec = iter_spec(
+            &self.prefix,
+            false,
+            None,
+            None,
+            true,
+            false,
+            None,
+            true,
+            true,
+        )?;
         Ok(Iterator::new(Cursor::new(self.view()?, spec)))
     }
 

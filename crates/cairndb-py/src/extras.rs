@@ -53,7 +53,12 @@ impl Transaction {
 #[pymethods]
 impl Transaction {
     #[pyo3(signature = (key, default=None))]
-    fn get(&self, py: Python<'_>, key: &Bound<'_, PyAny>, default: Option<Py<PyAny>>) -> PyResult<Py<PyAny>> {
+    fn get(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        default: Option<Py<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
         let key = arg_bytes(key, "key")?;
         let v = self.with_txn(py, |t| t.get(&key))?;
         Ok(match v {
@@ -78,7 +83,12 @@ impl Transaction {
         })
     }
 
-    fn put(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn put(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let key = arg_bytes(key, "key")?;
         let value = arg_bytes(value, "value")?;
         self.with_txn(py, |t| t.put(&key, &value))
@@ -251,7 +261,8 @@ impl Keyspace {
             ks: Some(ks),
             prefix: Vec::new(),
         };
-        let init = PyClassInitializer::from(Data::new(target, Some(db))).add_subclass(Keyspace { name });
+        let init =
+            PyClassInitializer::from(Data::new(target, Some(db))).add_subclass(Keyspace { name });
         Py::new(py, init)
     }
 }
