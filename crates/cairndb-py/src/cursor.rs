@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
+use std::collections::VecDeque;
 use std::ops::Bound as Limit;
 
 /// What an iterator yields, over which keys.
@@ -92,6 +93,13 @@ fn empty(lo: &Limit<Vec<u8>>, hi: &Limit<Vec<u8>>) -> bool {
     }
 }
 
+/// Entries a cursor reads ahead of its gap at most, in the direction it
+/// moves, so that most steps of a scan take no engine call (and no
+/// release of the GIL).
+const AHEAD_ENTRIES_MAX: usize = 64;
+/// Bytes of keys and values read ahead at most.
+const AHEAD_BYTES_MAX: usize = 256 << 10;
+
 /// A cursor over `spec`'s range of `view`.
 pub(crate) struct Cursor {
     view: View,
@@ -99,6 +107,14 @@ pub(crate) struct Cursor {
     gap: Gap,
     /// The engine iterator serving moves in one direction from `gap`.
     active: Option<(Dir, Iter)>,
+    /// Entries `active` yielded that the cursor has not stepped over yet:
+    /// the next ones past `gap` in `active`'s direction.
+    ahead: VecDeque<KeyValue>,
+    /// Refills of `ahead` from `active` so far.
+    refills: u32,
+    /// The value of the entry the cursor stepped over last (its key is
+    /// `gap`'s).
+    value: Vec<u8>,
 }
 
 impl Cursor {
@@ -109,16 +125,45 @@ impl Cursor {
             spec,
             gap,
             active: None,
+            ahead: VecDeque::new(),
+            refills: 0,
+            value: Vec::new(),
         }
     }
 
+    /// Whether a step `dir` is served from entries read ahead, without an
+    /// engine call.
+    fn ready(&self, dir: Dir) -> bool {
+        !self.ahead.is_empty() && matches!(&self.active, Some((d, _)) if *d == dir)
+    }
+
     /// Moves one key `dir`, returning it; `None` at the end of the range
-    /// (the cursor then stands past it).
-    fn step(&mut self, dir: Dir) -> cairndb::Result<Option<KeyValue>> {
+    /// (the cursor then stands past it). On an error the cursor stays
+    /// where it was.
+    fn step_owned(&mut self, dir: Dir) -> cairndb::Result<Option<KeyValue>> {
+        Ok(self
+            .step(dir)?
+            .then(|| self.last())
+            .flatten()
+            .map(|(k, v)| (k.to_vec(), v.to_vec())))
+    }
+
+    /// The key and value the cursor stepped over last.
+    fn last(&self) -> Option<(&[u8], &[u8])> {
+        match &self.gap {
+            Gap::Before(k) | Gap::After(k) => Some((k, &self.value)),
+            Gap::Start | Gap::End => None,
+        }
+    }
+
+    /// Moves one key `dir`: true if it stepped over one (`last` has it),
+    /// false at the end of the range (the cursor then stands past it). On
+    /// an error the cursor stays where it was.
+    fn step(&mut self, dir: Dir) -> cairndb::Result<bool> {
         if !matches!(&self.active, Some((d, _)) if *d == dir) {
-            self.active = None;
+            self.drop_active();
             let (lo, hi) = match (dir, &self.gap) {
-                (Dir::Forward, Gap::End) | (Dir::Backward, Gap::Start) => return Ok(None),
+                (Dir::Forward, Gap::End) | (Dir::Backward, Gap::Start) => return Ok(false),
                 (Dir::Forward, Gap::Start) | (Dir::Backward, Gap::End) => {
                     (self.spec.lo.clone(), self.spec.hi.clone())
                 }
@@ -141,38 +186,71 @@ impl Cursor {
             };
             if empty(&lo, &hi) {
                 self.end(dir);
-                return Ok(None);
+                return Ok(false);
             }
             self.active = Some((dir, self.view.range(lo, hi)));
         }
-        let Some((_, it)) = self.active.as_mut() else {
-            return Ok(None);
-        };
-        let got = match dir {
-            Dir::Forward => it.next(),
-            Dir::Backward => it.next_back(),
-        };
-        match got {
-            Some(Ok((k, v))) => {
+        if self.ahead.is_empty()
+            && let Err(e) = self.refill(dir)
+        {
+            self.drop_active();
+            return Err(e);
+        }
+        match self.ahead.pop_front() {
+            Some((k, v)) => {
                 self.gap = match dir {
-                    Dir::Forward => Gap::After(k.clone()),
-                    Dir::Backward => Gap::Before(k.clone()),
+                    Dir::Forward => Gap::After(k),
+                    Dir::Backward => Gap::Before(k),
                 };
-                Ok(Some((k, v)))
-            }
-            Some(Err(e)) => {
-                self.active = None;
-                Err(e)
+                self.value = v;
+                Ok(true)
             }
             None => {
                 self.end(dir);
-                Ok(None)
+                Ok(false)
             }
         }
     }
 
-    fn end(&mut self, dir: Dir) {
+    /// Reads entries from the active iterator into `ahead`: one on its
+    /// first refill, so a cursor used for a single step (a seek, a `prev`)
+    /// reads no more, then twice as many each time up to
+    /// `AHEAD_ENTRIES_MAX` (and `AHEAD_BYTES_MAX` bytes).
+    fn refill(&mut self, dir: Dir) -> cairndb::Result<()> {
+        let want = (1usize << self.refills.min(16)).min(AHEAD_ENTRIES_MAX);
+        self.refills += 1;
+        let Some((_, it)) = self.active.as_mut() else {
+            return Ok(());
+        };
+        let mut bytes = 0;
+        while self.ahead.len() < want && bytes < AHEAD_BYTES_MAX {
+            let got = match dir {
+                Dir::Forward => it.next(),
+                Dir::Backward => it.next_back(),
+            };
+            match got {
+                Some(Ok(kv)) => {
+                    bytes += kv.0.len() + kv.1.len();
+                    self.ahead.push_back(kv);
+                }
+                Some(Err(e)) => {
+                    self.ahead.clear();
+                    return Err(e);
+                }
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    fn drop_active(&mut self) {
         self.active = None;
+        self.ahead.clear();
+        self.refills = 0;
+    }
+
+    fn end(&mut self, dir: Dir) {
+        self.drop_active();
         self.gap = match dir {
             Dir::Forward => Gap::End,
             Dir::Backward => Gap::Start,
@@ -180,7 +258,7 @@ impl Cursor {
     }
 
     fn seek(&mut self, gap: Gap) {
-        self.active = None;
+        self.drop_active();
         self.gap = gap;
     }
 }
@@ -244,10 +322,9 @@ impl Iterator {
         }
     }
 
-    fn item(&self, py: Python<'_>, kv: KeyValue) -> Py<PyAny> {
-        let (k, v) = kv;
+    fn item(&self, py: Python<'_>, k: &[u8], v: &[u8]) -> Py<PyAny> {
         let key = || PyBytes::new(py, k.get(self.strip..).unwrap_or_default());
-        let value = || PyBytes::new(py, &v);
+        let value = || PyBytes::new(py, v);
         match (self.include_key, self.include_value) {
             (true, true) => PyTuple::new(py, [key(), value()])
                 .map(|t| t.into_any().unbind())
@@ -264,8 +341,19 @@ impl Iterator {
         } else {
             Dir::Backward
         };
-        let got = self.with_cursor(py, |c| c.step(dir))?;
-        Ok(got.map(|kv| self.item(py, kv)))
+        // A step over an entry already read ahead takes no engine call: it
+        // is taken with the GIL held (the lock is never held by a thread
+        // waiting for the GIL, so this cannot deadlock).
+        if let Some(mut guard) = self.cursor.try_lock()
+            && let Some(c) = guard.as_mut()
+            && c.ready(dir)
+            && !c.view.core.is_closed()
+        {
+            let moved = c.step(dir).or_py(py)?;
+            return Ok(c.last().filter(|_| moved).map(|(k, v)| self.item(py, k, v)));
+        }
+        let got = self.with_cursor(py, |c| c.step_owned(dir))?;
+        Ok(got.map(|(k, v)| self.item(py, &k, &v)))
     }
 }
 
@@ -401,7 +489,7 @@ impl RawIterator {
                 r.cursor.seek(g);
             }
             r.current = None;
-            r.current = r.cursor.step(dir).map_err(RawErr::Engine)?;
+            r.current = r.cursor.step_owned(dir).map_err(RawErr::Engine)?;
             Ok(())
         })
     }
@@ -414,14 +502,15 @@ impl RawIterator {
             };
             // Keep the running engine iterator if it already goes `dir`
             // from this key; else restart from the key.
-            let going = matches!(&r.cursor.active, Some((d, _)) if *d == dir);
+            let going = r.cursor.ready(dir)
+                || matches!(&r.cursor.active, Some((d, _)) if *d == dir);
             if !going {
                 r.cursor.seek(match dir {
                     Dir::Forward => Gap::After(k),
                     Dir::Backward => Gap::Before(k),
                 });
             }
-            r.current = r.cursor.step(dir).map_err(RawErr::Engine)?;
+            r.current = r.cursor.step_owned(dir).map_err(RawErr::Engine)?;
             Ok(())
         })
     }
