@@ -108,8 +108,13 @@ pub(crate) struct Cursor {
     /// The engine iterator serving moves in one direction from `gap`.
     active: Option<(Dir, Iter)>,
     /// Entries `active` yielded that the cursor has not stepped over yet:
-    /// the next ones past `gap` in `active`'s direction.
-    ahead: VecDeque<KeyValue>,
+    /// the next ones past `gap` in `active`'s direction, as (key length,
+    /// value length), their bytes one after another in `ahead_bytes` from
+    /// `ahead_at` on (one buffer, reused, instead of two allocations per
+    /// entry).
+    ahead: VecDeque<(usize, usize)>,
+    ahead_bytes: Vec<u8>,
+    ahead_at: usize,
     /// Refills of `ahead` from `active` so far.
     refills: u32,
     /// The value of the entry the cursor stepped over last (its key is
@@ -126,6 +131,8 @@ impl Cursor {
             gap,
             active: None,
             ahead: VecDeque::new(),
+            ahead_bytes: Vec::new(),
+            ahead_at: 0,
             refills: 0,
             value: Vec::new(),
         }
@@ -197,12 +204,26 @@ impl Cursor {
             return Err(e);
         }
         match self.ahead.pop_front() {
-            Some((k, v)) => {
-                self.gap = match dir {
-                    Dir::Forward => Gap::After(k),
-                    Dir::Backward => Gap::Before(k),
+            Some((k_len, v_len)) => {
+                let at = self.ahead_at;
+                let (k, v) = (
+                    &self.ahead_bytes[at..at + k_len],
+                    &self.ahead_bytes[at + k_len..at + k_len + v_len],
+                );
+                self.ahead_at = at + k_len + v_len;
+                // Reuse the gap's key buffer.
+                let mut key = match std::mem::replace(&mut self.gap, Gap::Start) {
+                    Gap::Before(b) | Gap::After(b) => b,
+                    Gap::Start | Gap::End => Vec::new(),
                 };
-                self.value = v;
+                key.clear();
+                key.extend_from_slice(k);
+                self.value.clear();
+                self.value.extend_from_slice(v);
+                self.gap = match dir {
+                    Dir::Forward => Gap::After(key),
+                    Dir::Backward => Gap::Before(key),
+                };
                 Ok(true)
             }
             None => {
@@ -222,23 +243,53 @@ impl Cursor {
         let Some((_, it)) = self.active.as_mut() else {
             return Ok(());
         };
-        let mut bytes = 0;
-        while self.ahead.len() < want && bytes < AHEAD_BYTES_MAX {
-            let got = match dir {
-                Dir::Forward => it.next(),
-                Dir::Backward => it.next_back(),
+        debug_assert!(self.ahead.is_empty());
+        self.ahead_bytes.clear();
+        self.ahead_at = 0;
+        let (ahead, bytes) = (&mut self.ahead, &mut self.ahead_bytes);
+        let mut push = |k: &[u8], v: &[u8]| {
+            bytes.extend_from_slice(k);
+            bytes.extend_from_slice(v);
+            ahead.push_back((k.len(), v.len()));
+            k.len() + v.len()
+        };
+        let mut failed = None;
+        let (mut n, mut len) = (0, 0);
+        while n < want && len < AHEAD_BYTES_MAX {
+            n += 1;
+            // Forward, the engine lends each entry (no allocation);
+            // backward it hands out owned ones.
+            let more = match dir {
+                Dir::Forward => match it.next_ref() {
+                    Some(Ok((k, v))) => {
+                        len += push(k, v);
+                        true
+                    }
+                    Some(Err(e)) => {
+                        failed = Some(e);
+                        false
+                    }
+                    None => false,
+                },
+                Dir::Backward => match it.next_back() {
+                    Some(Ok((k, v))) => {
+                        len += push(&k, &v);
+                        true
+                    }
+                    Some(Err(e)) => {
+                        failed = Some(e);
+                        false
+                    }
+                    None => false,
+                },
             };
-            match got {
-                Some(Ok(kv)) => {
-                    bytes += kv.0.len() + kv.1.len();
-                    self.ahead.push_back(kv);
-                }
-                Some(Err(e)) => {
-                    self.ahead.clear();
-                    return Err(e);
-                }
-                None => break,
+            if !more {
+                break;
             }
+        }
+        if let Some(e) = failed {
+            self.ahead.clear();
+            return Err(e);
         }
         Ok(())
     }
@@ -457,28 +508,36 @@ impl RawIterator {
         }
     }
 
+    /// Runs `f` on the cursor with the GIL released (`f` may read).
     fn with_raw<T: Send>(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&mut Raw) -> Result<T, RawErr> + Send,
     ) -> PyResult<T> {
-        let r = py.detach(|| {
-            let mut guard = self.state.lock();
-            match guard.as_mut() {
-                Some(r) if !r.cursor.view.core.is_closed() => f(r),
-                _ => {
-                    guard.take();
-                    Err(RawErr::Closed)
-                }
+        let r = py.detach(|| self.locked(f));
+        raw_err(py, r)
+    }
+
+    /// Runs `f`, which must not read (no engine call), on the cursor with
+    /// the GIL held: the lock is never held by a thread waiting for the
+    /// GIL, so this cannot deadlock.
+    fn with_raw_held<T>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Raw) -> Result<T, RawErr>,
+    ) -> PyResult<T> {
+        raw_err(py, self.locked(f))
+    }
+
+    fn locked<T>(&self, f: impl FnOnce(&mut Raw) -> Result<T, RawErr>) -> Result<T, RawErr> {
+        let mut guard = self.state.lock();
+        match guard.as_mut() {
+            Some(r) if !r.cursor.view.core.is_closed() => f(r),
+            _ => {
+                guard.take();
+                Err(RawErr::Closed)
             }
-        });
-        r.map_err(|e| match e {
-            RawErr::Closed | RawErr::Engine(cairndb::Error::Closed) => {
-                PyRuntimeError::new_err(CLOSED_ITER)
-            }
-            RawErr::Invalid => py_error(py, "IteratorInvalidError", "iterator is not valid".into()),
-            RawErr::Engine(e) => crate::engine_err(py, e),
-        })
+        }
     }
 
     /// Places the cursor at `gap` and moves it once `dir`.
@@ -502,8 +561,8 @@ impl RawIterator {
             };
             // Keep the running engine iterator if it already goes `dir`
             // from this key; else restart from the key.
-            let going = r.cursor.ready(dir)
-                || matches!(&r.cursor.active, Some((d, _)) if *d == dir);
+            let going =
+                r.cursor.ready(dir) || matches!(&r.cursor.active, Some((d, _)) if *d == dir);
             if !going {
                 r.cursor.seek(match dir {
                     Dir::Forward => Gap::After(k),
@@ -516,8 +575,18 @@ impl RawIterator {
     }
 
     fn current(&self, py: Python<'_>) -> PyResult<KeyValue> {
-        self.with_raw(py, |r| r.current.clone().ok_or(RawErr::Invalid))
+        self.with_raw_held(py, |r| r.current.clone().ok_or(RawErr::Invalid))
     }
+}
+
+fn raw_err<T>(py: Python<'_>, r: Result<T, RawErr>) -> PyResult<T> {
+    r.map_err(|e| match e {
+        RawErr::Closed | RawErr::Engine(cairndb::Error::Closed) => {
+            PyRuntimeError::new_err(CLOSED_ITER)
+        }
+        RawErr::Invalid => py_error(py, "IteratorInvalidError", "iterator is not valid".into()),
+        RawErr::Engine(e) => crate::engine_err(py, e),
+    })
 }
 
 enum RawErr {
@@ -529,7 +598,7 @@ enum RawErr {
 #[pymethods]
 impl RawIterator {
     fn valid(&self, py: Python<'_>) -> PyResult<bool> {
-        self.with_raw(py, |r| Ok(r.current.is_some()))
+        self.with_raw_held(py, |r| Ok(r.current.is_some()))
     }
 
     fn seek_to_first(&self, py: Python<'_>) -> PyResult<()> {
