@@ -246,3 +246,28 @@ def test_prefixed_db_of_ff_prefix(db):
     p.put(b"x", b"1")
     db.put(b"\xfe", b"below")
     assert list(p) == [(b"x", b"1")]
+
+
+@cairndb_only
+def test_damaged_table_raises_corruption_error(mod, tmp_path):
+    import os
+
+    path = tmp_path / "db"
+    db = mod.DB(str(path), create_if_missing=True, compression=None)
+    for i in range(1000):
+        db.put(b"k%05d" % i, b"v" * 50)
+    db.flush()
+    db.close()
+    (table,) = [f for f in os.listdir(path) if f.endswith(".table")]
+    with open(path / table, "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(mod.CorruptionError):
+        db = mod.DB(str(path))
+        try:
+            for _ in db.iterator():
+                pass
+        finally:
+            db.close()
