@@ -280,6 +280,23 @@ int main(int argc, char** argv) {
     leveldb_writebatch_destroy(wb);
   }
 
+  /* A key over CairnDB's limit (64 KiB) fails the write carrying it; a
+     batch holding one writes nothing. */
+  {
+    size_t big_len = 64 * 1024 + 1;
+    char* big = calloc(big_len, 1);
+    leveldb_put(db, wo, big, big_len, "v", 1, &err);
+    CHECK_ERROR(err, "Invalid argument");
+    leveldb_writebatch_t* wb = leveldb_writebatch_create();
+    leveldb_writebatch_put(wb, "ok", 2, "v", 1);
+    leveldb_writebatch_put(wb, big, big_len, "v", 1);
+    leveldb_write(db, wo, wb, &err);
+    CHECK_ERROR(err, "limit");
+    check_get(db, ro, "ok", NULL);
+    leveldb_writebatch_destroy(wb);
+    free(big);
+  }
+
   /* Iterators: both directions, seeks, direction changes. */
   leveldb_writeoptions_set_sync(wo, 0);
   put(db, wo, "a", "1");
