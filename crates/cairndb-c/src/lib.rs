@@ -37,6 +37,8 @@
 //! - `extras`: the `cairndb_` functions (transactions, keyspaces, synced
 //!   writes, stats)
 
+// Every unsafe block says why it is sound (STYLE.md §3).
+#![warn(clippy::undocumented_unsafe_blocks)]
 #![allow(
     non_camel_case_types,
     reason = "the C API's type names are LevelDB's (leveldb_t, ...)"

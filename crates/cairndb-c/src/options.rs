@@ -467,9 +467,8 @@ pub(crate) unsafe fn write_options(o: *const leveldb_writeoptions_t) -> cairndb:
         return cairndb::WriteOptions::default();
     }
     // SAFETY: the caller's contract: a live handle.
-    cairndb::WriteOptions {
-        sync: unsafe { (*o).sync },
-    }
+    let sync = unsafe { (*o).sync };
+    cairndb::WriteOptions { sync }
 }
 
 #[unsafe(no_mangle)]
