@@ -66,6 +66,13 @@ char* cairndb_keyspace_get(cairndb_keyspace_t* ks,
 void cairndb_keyspace_delete(cairndb_keyspace_t* ks,
                              const leveldb_writeoptions_t* options,
                              const char* key, size_t keylen, char** errptr);
+/* A cursor over keyspace `ks` of `db` (the database it was opened from),
+   as of the options' snapshot or now. Use and destroy it with the
+   leveldb_iter_* functions. A keyspace dropped shows as an error of the
+   first seek (leveldb_iter_get_error). */
+leveldb_iterator_t* cairndb_keyspace_create_iterator(
+    leveldb_t* db, const cairndb_keyspace_t* ks,
+    const leveldb_readoptions_t* options);
 /* Drops the keyspace `name` and its data at once for every reader. Returns
    1 if it existed, 0 if not (or on error, with *errptr set). Handles to it
    then fail with a "dropped" error. "default" cannot be dropped. */

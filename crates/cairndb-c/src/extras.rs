@@ -263,6 +263,31 @@ pub unsafe extern "C" fn cairndb_keyspace_delete(
     })
 }
 
+/// A cursor over keyspace `ks` of `db` (the database it was opened
+/// from), as of the read options' snapshot or now: a
+/// `leveldb_iterator_t`, used and destroyed with the `leveldb_iter_*`
+/// functions. NULL on a NULL handle. A keyspace dropped, or of another
+/// database, shows as an error of the first seek
+/// (`leveldb_iter_get_error`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cairndb_keyspace_create_iterator(
+    db: *mut leveldb_t,
+    ks: *const cairndb_keyspace_t,
+    options: *const leveldb_readoptions_t,
+) -> *mut crate::leveldb_iterator_t {
+    // SAFETY: `ks` is NULL or a live keyspace handle (header contract).
+    let Ok(ks) = (unsafe { keyspace(ks) }) else {
+        return std::ptr::null_mut();
+    };
+    let ks = quiet(None, || Some(ks.clone()));
+    if ks.is_none() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `db` and `options` are NULL or live handles (header
+    // contract).
+    unsafe { crate::iter::create(db, ks, options) }
+}
+
 /// Drops the keyspace `name` and its data; 1 if it existed, 0 if not or
 /// on error.
 #[unsafe(no_mangle)]

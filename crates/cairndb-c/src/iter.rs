@@ -20,7 +20,7 @@
 
 use crate::db::{db_ref, read_snapshot};
 use crate::{bytes, leveldb_readoptions_t, leveldb_t, quiet, set_error, status};
-use cairndb::{Iter, Snapshot};
+use cairndb::{Iter, Keyspace, Snapshot};
 use libc::{c_char, c_uchar, size_t};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -33,6 +33,8 @@ enum Dir {
 
 pub struct leveldb_iterator_t {
     snap: Arc<Snapshot>,
+    /// The keyspace read (`None`: the default one).
+    keyspace: Option<Keyspace>,
     /// The iterator continuing in `dir` from `current`.
     iter: Option<Iter>,
     dir: Dir,
@@ -44,7 +46,10 @@ impl leveldb_iterator_t {
     /// Starts `iter` reading `(lo, hi)` in direction `dir` and takes its
     /// first entry.
     fn start(&mut self, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, dir: Dir) {
-        self.iter = Some(self.snap.range::<Vec<u8>, _>((lo, hi)));
+        self.iter = Some(match &self.keyspace {
+            None => self.snap.range::<Vec<u8>, _>((lo, hi)),
+            Some(ks) => self.snap.range_in::<Vec<u8>, _>(ks, (lo, hi)),
+        });
         self.dir = dir;
         self.step();
     }
@@ -118,8 +123,22 @@ pub unsafe extern "C" fn leveldb_create_iterator(
     db: *mut leveldb_t,
     options: *const leveldb_readoptions_t,
 ) -> *mut leveldb_iterator_t {
+    // SAFETY: the caller's handles, passed on under the same contract.
+    unsafe { create(db, None, options) }
+}
+
+/// A cursor over keyspace `keyspace` of `db` (the default one if `None`),
+/// as of the read options' snapshot or now.
+///
+/// # Safety
+/// `db` and `options` are NULL or live handles.
+pub(crate) unsafe fn create(
+    db: *mut leveldb_t,
+    keyspace: Option<Keyspace>,
+    options: *const leveldb_readoptions_t,
+) -> *mut leveldb_iterator_t {
     quiet(std::ptr::null_mut(), || {
-        // SAFETY: live handles (C API contract).
+        // SAFETY: the caller's contract: live handles.
         let (db, snap) = unsafe { (db_ref(db), read_snapshot(options)) };
         let Ok(db) = db else {
             return std::ptr::null_mut();
@@ -127,6 +146,7 @@ pub unsafe extern "C" fn leveldb_create_iterator(
         let snap = snap.unwrap_or_else(|| Arc::new(db.snapshot()));
         Box::into_raw(Box::new(leveldb_iterator_t {
             snap,
+            keyspace,
             iter: None,
             dir: Dir::Forward,
             current: None,

@@ -210,3 +210,33 @@ pub extern "C" fn leveldb_major_version() -> libc::c_int {
 pub extern "C" fn leveldb_minor_version() -> libc::c_int {
     LEVELDB_MINOR_VERSION
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic in an entry point's body becomes an error message in
+    /// `errptr` (replacing the one there) and the fallback result.
+    #[test]
+    fn a_panic_becomes_an_error() {
+        let mut err: *mut c_char = malloc_string("an earlier error");
+        let r = call(&mut err, 7, || -> Result<i32, String> { panic!("boom") });
+        assert_eq!(r, 7);
+        // SAFETY: `err` was just set to a malloc'ed NUL-terminated message.
+        let msg = unsafe { c_str(err) }.map(<[u8]>::to_vec);
+        assert_eq!(
+            msg.as_deref(),
+            Some(&b"IO error: internal error (panic): boom"[..])
+        );
+        assert_eq!(quiet(3, || -> i32 { panic!("boom") }), 3);
+        // SAFETY: malloc'ed by set_error, freed once.
+        unsafe { libc::free(err.cast()) };
+    }
+
+    #[test]
+    fn errors_carry_leveldb_status_words() {
+        let e = cairndb::Error::InvalidArgument("bad".into());
+        assert_eq!(status(&e), "Invalid argument: bad");
+        assert!(status(&cairndb::Error::Closed).starts_with("IO error: "));
+    }
+}

@@ -118,6 +118,50 @@ int main(int argc, char** argv) {
   CHECK(cairndb_keyspace_open(db, NULL, &err) == NULL);
   CHECK_ERROR(err, "Invalid argument");
 
+  /* Iterating a keyspace: its keys only, both ways, from one snapshot. */
+  {
+    cairndb_keyspace_t* items = cairndb_keyspace_open(db, "items", &err);
+    CHECK_NO_ERROR(err);
+    cairndb_keyspace_put(items, wo, "x", 1, "1", 1, &err);
+    cairndb_keyspace_put(items, wo, "y", 1, "2", 1, &err);
+    cairndb_keyspace_put(items, wo, "z", 1, "3", 1, &err);
+    CHECK_NO_ERROR(err);
+    leveldb_iterator_t* it = cairndb_keyspace_create_iterator(db, items, ro);
+    CHECK(it != NULL);
+    cairndb_keyspace_delete(items, wo, "y", 1, &err); /* not seen */
+    CHECK_NO_ERROR(err);
+    const char* want = "xyz";
+    int n = 0;
+    for (leveldb_iter_seek_to_first(it); leveldb_iter_valid(it);
+         leveldb_iter_next(it), n++) {
+      const char* k = leveldb_iter_key(it, &len);
+      CHECK(n < 3 && len == 1 && k[0] == want[n]);
+    }
+    CHECK(n == 3);
+    const char* got;
+    leveldb_iter_seek(it, "y", 1);
+    leveldb_iter_prev(it);
+    got = leveldb_iter_key(it, &len);
+    CHECK(same(got, len, "x"));
+    got = leveldb_iter_value(it, &len);
+    CHECK(same(got, len, "1"));
+    leveldb_iter_seek_to_last(it);
+    got = leveldb_iter_key(it, &len);
+    CHECK(same(got, len, "z"));
+    leveldb_iter_get_error(it, &err);
+    CHECK_NO_ERROR(err);
+    leveldb_iter_destroy(it);
+    /* A dropped keyspace's iterator reports it. */
+    CHECK(cairndb_keyspace_drop(db, "items", &err) == 1);
+    it = cairndb_keyspace_create_iterator(db, items, ro);
+    leveldb_iter_seek_to_first(it);
+    CHECK(!leveldb_iter_valid(it));
+    leveldb_iter_get_error(it, &err);
+    CHECK_ERROR(err, "dropped");
+    leveldb_iter_destroy(it);
+    cairndb_keyspace_close(items);
+  }
+
   /* Flush, compact, stats. */
   cairndb_flush(db, &err);
   CHECK_NO_ERROR(err);

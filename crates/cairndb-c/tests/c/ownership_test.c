@@ -139,6 +139,10 @@ int main(int argc, char** argv) {
   cairndb_keyspace_put(ks, wo, "k", 1, "v", 1, &err);
   v = cairndb_keyspace_get(ks, ro, "k", 1, &len, &err);
   leveldb_free(v);
+  it = cairndb_keyspace_create_iterator(db, ks, ro);
+  leveldb_iter_seek_to_first(it);
+  CHECK(leveldb_iter_valid(it));
+  leveldb_iter_destroy(it);
   cairndb_keyspace_close(ks);
   CHECK_NO_ERROR(err);
 
