@@ -233,6 +233,17 @@ mod tests {
         unsafe { libc::free(err.cast()) };
     }
 
+    /// What C threads may share: a `leveldb_t` (its `Db`), and read
+    /// options or iterators' snapshots, which several threads may read
+    /// through at once (LevelDB lets them share `const` read options).
+    #[test]
+    fn shared_handles_are_send_and_sync() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<cairndb::Db>();
+        shareable::<cairndb::Snapshot>();
+        shareable::<cairndb::Keyspace>();
+    }
+
     #[test]
     fn errors_carry_leveldb_status_words() {
         let e = cairndb::Error::InvalidArgument("bad".into());
