@@ -348,6 +348,39 @@ impl Db {
         }
     }
 
+    /// An estimate of the bytes the default keyspace's tables hold for
+    /// keys in `[start, limit)` (0 if `start >= limit`), as LevelDB
+    /// estimates it: for each table overlapping the range, the distance
+    /// between the data blocks where `start` and `limit` would be, read
+    /// from the table's index (in memory once the table is open).
+    /// Memtables (data not yet flushed) and separated values are not
+    /// counted. A table that cannot be opened counts in proportion to the
+    /// share of its key range the range covers.
+    pub fn approximate_size(&self, start: &[u8], limit: &[u8]) -> u64 {
+        if start >= limit {
+            return 0;
+        }
+        let view = self.inner().view();
+        let mut bytes = 0;
+        for f in view.version.levels.iter().flatten() {
+            let (lo, hi) = (f.smallest_user(), f.largest_user());
+            if f.keyspace != DEFAULT_ID || hi < start || lo >= limit {
+                continue;
+            }
+            bytes += match view.tables.get(f) {
+                Ok(t) => t
+                    .approximate_offset_of(limit)
+                    .saturating_sub(t.approximate_offset_of(start)),
+                Err(_) => {
+                    let share =
+                        crate::version::key_range_share(lo, hi, start.max(lo), limit.min(hi));
+                    (f.size as f64 * share) as u64
+                }
+            };
+        }
+        bytes
+    }
+
     /// The directory this database lives in.
     pub fn path(&self) -> &Path {
         &self.inner().dir

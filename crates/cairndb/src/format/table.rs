@@ -767,6 +767,22 @@ impl Table {
         Ok((uk == user_key).then(|| (tag, it.value().to_vec())))
     }
 
+    /// About where in the file the entries of `user_key` and greater
+    /// begin: the offset of the first data block whose last key is at
+    /// least `user_key`, or the end of the data blocks if there is none
+    /// (LevelDB's `ApproximateOffsetOf`). Reads nothing: the index is in
+    /// memory.
+    pub fn approximate_offset_of(&self, user_key: &[u8]) -> u64 {
+        let target = key::seek_key(user_key, SEQNO_MAX);
+        match self.index.get(self.find_block(&target)) {
+            Some(e) => e.handle.offset,
+            None => self
+                .index
+                .last()
+                .map_or(0, |e| e.handle.offset + e.handle.size),
+        }
+    }
+
     /// Number of entries.
     #[cfg(test)]
     pub fn entries(&self) -> u64 {

@@ -160,6 +160,26 @@ impl Removed {
     }
 }
 
+/// The share of the key range `[lo, hi]` that `[from, to]` (inside it)
+/// covers (an estimate for a table whose index cannot be read), reading each key as a big-endian number from the first byte
+/// where `lo` and `hi` differ (8 bytes of it). 1.0 when `lo` and `hi` do
+/// not differ in those bytes.
+pub fn key_range_share(lo: &[u8], hi: &[u8], from: &[u8], to: &[u8]) -> f64 {
+    let common = lo.iter().zip(hi).take_while(|(a, b)| a == b).count();
+    let at = |k: &[u8]| {
+        let mut n = [0u8; 8];
+        for (d, s) in n.iter_mut().zip(k.iter().skip(common)) {
+            *d = *s;
+        }
+        u64::from_be_bytes(n) as f64
+    };
+    let whole = at(hi) - at(lo);
+    if whole <= 0.0 {
+        return 1.0;
+    }
+    ((at(to) - at(from)) / whole).clamp(0.0, 1.0)
+}
+
 /// A live table file.
 pub struct TableFile {
     /// The keyspace it belongs to.
