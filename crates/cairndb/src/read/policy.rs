@@ -19,6 +19,16 @@
 //! no: direct reads do not fill the page cache. So after
 //! `THIN_AFTER_MISSES` answers in a row were no, only one read in
 //! `THIN_EVERY` asks; the first yes makes every read ask again.
+//!
+//! Scans ask too, under every mode, so that values the page cache lacks
+//! are read on the worker threads, side by side, not one after another on
+//! the scanning thread. When the data fits in memory nearly every answer
+//! is yes, and the question costs as much as the read (two system calls
+//! per value of a short scan instead of one). So under plain buffered
+//! reads, after `TRUST_AFTER_HITS` answers in a row were yes, only one
+//! scan read in `THIN_EVERY` asks ([`ReadPolicy::trust_cache`]); the
+//! others read on the scanning thread, through the page cache, and the
+//! first no makes every read ask again.
 
 use crate::io::host::Host;
 pub(crate) use crate::io::{How, Served};
@@ -45,6 +55,10 @@ const LOOK_EVERY_MS: u64 = 1000;
 const THIN_AFTER_MISSES: u32 = 64;
 const THIN_EVERY: u32 = 16;
 
+/// Page-cache hits in a row after which buffered scan reads ask the cache
+/// only `1 / THIN_EVERY` of the time.
+const TRUST_AFTER_HITS: u32 = 64;
+
 /// `Options::value_reads` for one database, and its counters.
 pub struct ReadPolicy {
     mode: ValueReads,
@@ -68,6 +82,10 @@ pub struct ReadPolicy {
     misses_in_row: AtomicU32,
     /// Reads since thinning began, to pick every `THIN_EVERY`th.
     thinned_reads: AtomicU32,
+    /// Page-cache hits in a row (saturating at `TRUST_AFTER_HITS`).
+    hits_in_row: AtomicU32,
+    /// Reads since trusting began, to pick every `THIN_EVERY`th.
+    trusted_reads: AtomicU32,
     /// Reads that did not ask the page cache, thinned.
     unasked: AtomicU64,
 }
@@ -88,6 +106,8 @@ impl ReadPolicy {
             scattered: AtomicU64::new(0),
             misses_in_row: AtomicU32::new(0),
             thinned_reads: AtomicU32::new(0),
+            hits_in_row: AtomicU32::new(0),
+            trusted_reads: AtomicU32::new(0),
             unasked: AtomicU64::new(0),
         }
     }
@@ -108,14 +128,36 @@ impl ReadPolicy {
         ask
     }
 
+    /// Whether a buffered scan read may skip asking the page cache and
+    /// read on the caller's thread (module header: after many hits in a
+    /// row, most reads do not ask).
+    pub fn trust_cache(&self) -> bool {
+        if self.hits_in_row.load(Ordering::Relaxed) < TRUST_AFTER_HITS {
+            return false;
+        }
+        !self
+            .trusted_reads
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(THIN_EVERY)
+    }
+
     /// What asking the page cache found.
     pub fn asked_cache(&self, hit: bool) {
-        if hit {
-            if self.misses_in_row.load(Ordering::Relaxed) != 0 {
-                self.misses_in_row.store(0, Ordering::Relaxed);
-            }
-        } else if self.misses_in_row.load(Ordering::Relaxed) < THIN_AFTER_MISSES {
-            self.misses_in_row.fetch_add(1, Ordering::Relaxed);
+        let (grow, reset) = if hit {
+            (&self.hits_in_row, &self.misses_in_row)
+        } else {
+            (&self.misses_in_row, &self.hits_in_row)
+        };
+        if reset.load(Ordering::Relaxed) != 0 {
+            reset.store(0, Ordering::Relaxed);
+        }
+        let limit = if hit {
+            TRUST_AFTER_HITS
+        } else {
+            THIN_AFTER_MISSES
+        };
+        if grow.load(Ordering::Relaxed) < limit {
+            grow.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -266,6 +308,21 @@ mod tests {
             p.asked_cache(false);
         }
         assert!((0..THIN_EVERY).all(|_| p.ask_cache()));
+    }
+
+    #[test]
+    fn scans_trust_the_cache_after_hits_in_a_row_until_a_miss() {
+        let p = ReadPolicy::new(ValueReads::PageCache, Arc::new(Fixed(None)));
+        assert!(!p.trust_cache(), "nothing answered yet");
+        for _ in 0..TRUST_AFTER_HITS - 1 {
+            p.asked_cache(true);
+        }
+        assert!(!p.trust_cache(), "one hit short");
+        p.asked_cache(true);
+        let asks = (0..THIN_EVERY * 4).filter(|_| !p.trust_cache()).count();
+        assert_eq!(asks, 4, "one read in THIN_EVERY still asks");
+        p.asked_cache(false);
+        assert!(!p.trust_cache(), "a miss makes every read ask again");
     }
 
     #[test]

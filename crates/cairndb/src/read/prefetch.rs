@@ -243,10 +243,17 @@ impl ReadView {
                     device.push(run);
                     continue;
                 }
+                // Data that fits in memory, the page cache holding all
+                // asked of it lately: read here, without asking first
+                // (`ReadPolicy::trust_cache`).
+                Some((seg, true)) if run.how == How::PageCache && self.policy.trust_cache() => {
+                    run.read(seg, How::PageCache, self, scan)
+                }
                 Some((seg, true)) => {
                     let cached = usize::try_from(run.end - run.start)
                         .ok()
                         .and_then(|len| seg.read_span_cached(run.start, len).ok().flatten());
+                    self.policy.asked_cache(cached.is_some());
                     match cached {
                         Some(span) => {
                             self.policy.count(Served::Cached);
