@@ -51,12 +51,17 @@ enum Link {
 /// Compiles `tests/c/<name>.c` into `out`, returning the program's path.
 fn build(name: &str, link: Link, out: &Path) -> PathBuf {
     let src = crate_dir().join("tests/c").join(format!("{name}.c"));
+    build_source(&src, name, link, out)
+}
+
+/// Compiles the C file `src` into `out/<name>`, returning its path.
+fn build_source(src: &Path, name: &str, link: Link, out: &Path) -> PathBuf {
     let exe = out.join(name);
     let mut cmd = Command::new(compiler());
     cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1"])
         .arg("-I")
         .arg(crate_dir().join("include"))
-        .arg(&src)
+        .arg(src)
         .arg("-o")
         .arg(&exe);
     match link {
@@ -122,6 +127,29 @@ fn build_and_run(name: &str, link: Link) {
     let scratch = tempfile::tempdir().unwrap();
     let exe = build(name, link, scratch.path());
     run(&exe, &[], scratch.path());
+}
+
+/// The repository README's C example compiles and runs as written (its
+/// database in a scratch directory instead of /tmp).
+#[test]
+fn readme_example() {
+    let readme = crate_dir().join("../../README.md");
+    let text = std::fs::read_to_string(&readme).unwrap();
+    let start = text.find("```c\n").expect("README has a C example") + "```c\n".len();
+    let len = text[start..].find("```").expect("the C example ends");
+    let path = "/tmp/cairndb-example-c";
+    assert!(
+        text[start..start + len].contains(path),
+        "the example opens {path}"
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let db = scratch.path().join("db");
+    let code = text[start..start + len].replace(path, db.to_str().unwrap());
+    let src = scratch.path().join("readme_example.c");
+    std::fs::write(&src, code).unwrap();
+    let exe = build_source(&src, "readme_example", Link::Shared, scratch.path());
+    run(&exe, &[], scratch.path());
+    assert!(db.exists(), "the example created its database");
 }
 
 #[test]
