@@ -286,6 +286,24 @@ impl Db {
         self.inner().db_id
     }
 
+    /// Reads every table of the database and every separated value its
+    /// tables point to, from the files, checking every checksum, the
+    /// order of every table's keys and every table against its manifest
+    /// record. Writes may go on meanwhile. A problem does not stop it:
+    /// each is in the report, naming its file and offset. (What open
+    /// reads, the manifest and the journals, was checked by the open.)
+    pub fn verify(&self) -> Result<crate::VerifyReport> {
+        self.verify_with(|_| {})
+    }
+
+    /// [`Db::verify`], calling `progress` after each table.
+    pub fn verify_with(
+        &self,
+        mut progress: impl FnMut(&crate::VerifyReport),
+    ) -> Result<crate::VerifyReport> {
+        Ok(crate::verify::verify(self.inner(), &mut progress))
+    }
+
     /// Shape and counters, for tools and tests.
     pub fn stats(&self) -> Stats {
         let inner = self.inner();

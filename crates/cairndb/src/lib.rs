@@ -46,6 +46,7 @@ mod read;
 mod recovery;
 mod sync;
 mod txn;
+mod verify;
 mod version;
 mod write;
 
@@ -58,6 +59,7 @@ pub use options::Sabotage;
 pub use options::{Compression, Options, ValueReads, WriteOptions};
 pub use read::iter::{Iter, KeyValue};
 pub use txn::{Isolation, Transaction, TxnIter};
+pub use verify::VerifyReport;
 pub use write::batch::WriteBatch;
 
 /// The README's examples, compiled and run as doctests.
