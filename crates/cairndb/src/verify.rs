@@ -72,7 +72,7 @@ pub(crate) fn verify(inner: &Inner, progress: &mut dyn FnMut(&VerifyReport)) -> 
         .levels
         .iter()
         .flatten()
-        .map(|f| Arc::clone(f))
+        .map(Arc::clone)
         .collect();
     let mut report = VerifyReport {
         tables_total: files.len() as u64,
