@@ -85,8 +85,12 @@ fn a_damaged_table_block_is_reported_with_its_file() {
     assert!(!report.is_ok(), "a damaged block went unnoticed");
     let named = report.problems.iter().any(|e| {
         e.is_corruption()
-            && e.to_string()
-                .contains(&*tables[0].file_name().unwrap().to_string_lossy())
+            && e.to_string().contains(
+                &*tables[0]
+                    .file_name()
+                    .expect("a file name")
+                    .to_string_lossy(),
+            )
     });
     assert!(named, "the damaged table is named: {:?}", report.problems);
     assert_eq!(
@@ -125,7 +129,11 @@ fn a_damaged_separated_value_is_reported_with_its_file() {
     let db = Db::open(&dir, opts()).expect("reopen");
     let report = db.verify().expect("verify");
     assert!(!report.is_ok(), "a damaged value went unnoticed");
-    let name = biggest.file_name().unwrap().to_string_lossy().to_string();
+    let name = biggest
+        .file_name()
+        .expect("a file name")
+        .to_string_lossy()
+        .to_string();
     assert!(
         report
             .problems
