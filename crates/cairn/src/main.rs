@@ -5,6 +5,7 @@
 //! is its own piece of work.
 
 mod bench;
+mod tools;
 
 use cairndb::{Db, Options, WriteBatch, WriteOptions};
 
@@ -35,6 +36,25 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Load, read back, scan and recover a database in a scratch directory.
     Demo(DemoArgs),
+    /// The database's shape: levels, memtables, separated values, space.
+    Stats(tools::kv::DbArgs),
+    /// Print a key's value (exit status 1 if absent).
+    Get(tools::kv::GetArgs),
+    /// Set a key's value (synced).
+    Put(tools::kv::PutArgs),
+    /// Delete a key (synced).
+    Delete(tools::kv::DeleteArgs),
+    /// Print entries in key order (a range, a prefix, or all).
+    Scan(tools::kv::ScanArgs),
+    /// Write every keyspace's entries to a portable, checksummed dump file.
+    Dump(tools::dump::DumpArgs),
+    /// Load a dump file into a new or empty database.
+    Load(tools::dump::LoadArgs),
+    /// Read every table and separated value, checking every checksum
+    /// (exit status 1 if anything is wrong).
+    Verify(tools::kv::DbArgs),
+    /// Merge every table into one sorted level.
+    Compact(tools::kv::DbArgs),
     /// (internal) hold memory resident until stdin closes (memory cap).
     #[command(hide = true)]
     Balloon { bytes: u64 },
@@ -281,13 +301,32 @@ fn main() -> ExitCode {
             bench::workloads::txn_scaling::probe(&a).map_err(|e| e as Box<dyn std::error::Error>)
         }
         Cmd::Demo(a) => demo(a),
+        Cmd::Stats(a) => tools::kv::stats(a),
+        Cmd::Get(a) => match tools::kv::get(a) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
+        },
+        Cmd::Put(a) => tools::kv::put(a),
+        Cmd::Delete(a) => tools::kv::delete(a),
+        Cmd::Scan(a) => tools::kv::scan(a),
+        Cmd::Dump(a) => tools::dump::dump(a),
+        Cmd::Load(a) => tools::dump::load(a),
+        Cmd::Verify(a) => match tools::kv::verify(a) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
+        },
+        Cmd::Compact(a) => tools::kv::compact(a),
         Cmd::FillAndWait { dir, keys } => fill_and_wait(&dir, keys),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
+        // 2, as grep does: `get` and `verify` exit with 1 for a missing
+        // key or a damaged database, which is an answer, not a failure.
         Err(e) => {
             eprintln!("cairn: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(2)
         }
     }
 }
