@@ -141,6 +141,12 @@ impl ReadPolicy {
             .is_multiple_of(THIN_EVERY)
     }
 
+    /// True while buffered scan reads trust the page cache (without
+    /// counting a read, as `trust_cache` does).
+    pub fn trusting(&self) -> bool {
+        self.hits_in_row.load(Ordering::Relaxed) >= TRUST_AFTER_HITS
+    }
+
     /// What asking the page cache found.
     pub fn asked_cache(&self, hit: bool) {
         let (grow, reset) = if hit {
