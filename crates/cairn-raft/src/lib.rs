@@ -82,6 +82,8 @@
 pub mod codec;
 mod error;
 mod log_store;
+#[cfg(feature = "service")]
+pub mod service;
 mod state_machine;
 mod types;
 
