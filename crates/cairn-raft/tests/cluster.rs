@@ -252,3 +252,67 @@ async fn a_late_learner_catches_up_from_a_snapshot() {
     late.shutdown().await;
     first.shutdown().await;
 }
+
+/// Binds `addr` again, retrying while the old socket lets go of it.
+async fn rebind(addr: std::net::SocketAddr) -> tokio::net::TcpListener {
+    let start = Instant::now();
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => return l,
+            Err(e) => assert!(start.elapsed() < WAIT_MAX, "rebinding {addr}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_follower_keeps_its_state_and_catches_up() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut nodes = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        nodes.push(start(i as u64 + 1, dir, config()).await);
+    }
+    let http = reqwest::Client::new();
+    form_cluster(&http, &nodes).await;
+    for i in 0..10 {
+        put(&http, &nodes[0], &format!("a{i}"), "before").await;
+    }
+    let applied = nodes[0].raft().metrics().borrow().last_applied;
+    let raft3 = nodes[2].raft().clone();
+    wait_until("node 3 to apply", || {
+        raft3.metrics().borrow().last_applied >= applied
+    })
+    .await;
+
+    // Node 3 stops; the other two still make a quorum.
+    let third = nodes.pop().expect("node 3");
+    let addr = third.addr();
+    third.shutdown().await;
+    for i in 0..10 {
+        put(&http, &nodes[0], &format!("b{i}"), "while away").await;
+    }
+
+    // It comes back from its directory with what it had applied, and
+    // the leader brings it up to date.
+    let listener = rebind(addr).await;
+    let third = Node::start(3, dirs[2].path(), listener, config())
+        .await
+        .expect("node 3 restarts");
+    let pairs = third.state_machine().pairs().expect("pairs");
+    assert!(pairs.len() >= 10, "kept its state: {} pairs", pairs.len());
+    let applied = nodes[0].raft().metrics().borrow().last_applied;
+    let raft3 = third.raft().clone();
+    wait_until("node 3 to catch up", || {
+        raft3.metrics().borrow().last_applied >= applied
+    })
+    .await;
+    assert_eq!(third.state_machine().pairs().expect("pairs").len(), 20);
+    assert_eq!(
+        get(&http, &nodes[0], "b9").await,
+        (StatusCode::OK, "while away".into())
+    );
+    third.shutdown().await;
+    for n in nodes {
+        n.shutdown().await;
+    }
+}
