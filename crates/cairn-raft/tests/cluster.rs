@@ -148,9 +148,17 @@ async fn three_nodes_write_and_read_through_the_leader() {
         Response::Previous(Some("green".into()))
     );
     assert_eq!(get(&http, leader, "apple").await.0, StatusCode::NOT_FOUND);
-    for i in 0..20 {
+    for i in 0..19 {
         put(&http, leader, &format!("k{i:02}"), &format!("v{i}")).await;
     }
+    // A value larger than axum's default body limit, in the request and
+    // in the append that replicates it.
+    let big = "x".repeat(3 << 20);
+    put(&http, leader, "k19", &big).await;
+    assert_eq!(
+        get(&http, leader, "k19").await,
+        (StatusCode::OK, big.clone())
+    );
 
     // A follower sends clients to the leader.
     let r = http
@@ -186,6 +194,7 @@ async fn three_nodes_write_and_read_through_the_leader() {
         let pairs = n.state_machine().pairs().expect("pairs");
         assert_eq!(pairs.len(), 20, "node {}", n.id());
         assert_eq!(pairs[0], ("k00".to_string(), "v0".to_string()));
+        assert_eq!(pairs[19].1.len(), big.len());
     }
     for n in nodes {
         n.shutdown().await;
@@ -199,6 +208,8 @@ async fn a_late_learner_catches_up_from_a_snapshot() {
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(10),
         max_in_snapshot_log_to_keep: 0,
         purge_batch_size: 1,
+        // Several chunks per snapshot.
+        snapshot_max_chunk_size: 64 << 10,
         ..config()
     };
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().expect("dir")).collect();
@@ -216,8 +227,9 @@ async fn a_late_learner_catches_up_from_a_snapshot() {
         raft.metrics().borrow().current_leader == Some(1)
     })
     .await;
+    let value = |i: usize| format!("v{i}-{}", "y".repeat(8 << 10));
     for i in 0..35 {
-        put(&http, &first, &format!("k{i:02}"), &format!("v{i}")).await;
+        put(&http, &first, &format!("k{i:02}"), &value(i)).await;
     }
     wait_until("the log to be purged behind a snapshot", || {
         raft.metrics()
@@ -248,7 +260,7 @@ async fn a_late_learner_catches_up_from_a_snapshot() {
     assert!(snapshot.is_some(), "the learner installed a snapshot");
     let pairs = late.state_machine().pairs().expect("pairs");
     assert_eq!(pairs.len(), 35);
-    assert_eq!(pairs[34], ("k34".to_string(), "v34".to_string()));
+    assert_eq!(pairs[34], ("k34".to_string(), value(34)));
     late.shutdown().await;
     first.shutdown().await;
 }

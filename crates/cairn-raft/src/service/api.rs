@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{get, post};
@@ -46,6 +46,13 @@ pub struct ErrorBody {
     pub leader: Option<AddLearner>,
 }
 
+/// Largest request body a node accepts: a value to set, or a Raft RPC
+/// (up to `max_payload_entries` entries, or a snapshot chunk of
+/// `snapshot_max_chunk_size` bytes, which JSON writes as up to four
+/// characters a byte). axum's default, 2 MB, would refuse an append
+/// carrying a few large values, and replication would stop there.
+pub const BODY_BYTES_MAX: usize = 64 << 20;
+
 pub(crate) fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/kv/{key}", get(read).put(set).delete(delete))
@@ -56,6 +63,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route(PATH_APPEND, post(raft_append))
         .route(PATH_VOTE, post(raft_vote))
         .route(PATH_SNAPSHOT, post(raft_snapshot))
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(app)
 }
 

@@ -30,7 +30,7 @@ use openraft::{Config, ConfigError, Raft};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use api::{AddLearner, ErrorBody};
+pub use api::{AddLearner, BODY_BYTES_MAX, ErrorBody};
 pub use network::{HttpConnection, HttpNetwork};
 
 use crate::{NodeId, OpenError, StateMachine, TypeConfig};
@@ -64,16 +64,24 @@ impl std::error::Error for ServiceError {}
 
 /// The Raft configuration nodes start with: openraft's defaults, a
 /// snapshot every 5000 applied entries, heartbeats every 100 ms and
-/// elections after 300 to 600 ms of silence (a loopback or LAN cluster).
+/// elections after 300 to 600 ms of silence (a loopback or LAN cluster),
+/// snapshot chunks of 1 MiB (a JSON body of at most about 4 MiB, well
+/// under `BODY_BYTES_MAX`).
 pub fn config() -> Config {
     Config {
         heartbeat_interval: 100,
         election_timeout_min: 300,
         election_timeout_max: 600,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(5000),
+        snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
         ..Config::default()
     }
 }
+
+/// Bytes of snapshot data per `install_snapshot` RPC.
+pub const SNAPSHOT_CHUNK_BYTES: u64 = 1 << 20;
+
+const _: () = assert!(SNAPSHOT_CHUNK_BYTES as usize * 4 + (1 << 20) < BODY_BYTES_MAX); // a chunk as a JSON array of numbers, with room to spare, fits a body
 
 /// A running node: its Raft and its HTTP server.
 pub struct Node {
