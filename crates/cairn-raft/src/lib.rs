@@ -57,12 +57,42 @@
 //! - `save_committed`, `purge`: not synced (they survive a process crash,
 //!   not necessarily a power cut). Losing either is harmless: the
 //!   committed id only lets a restart re-apply sooner, and a lost purge
-//!   leaves entries that are purged again. A later synced write makes them
-//!   durable too, as CairnDB's journal is written in order.
+//!   leaves entries that are purged again (openraft purges up to the
+//!   applied id at startup when the log ends before it). A later synced
+//!   write makes them durable too, as CairnDB's journal is written in
+//!   order.
 //! - The state machine's data, applied log id and membership are written
 //!   in one batch per `apply` call, and a snapshot install replaces the
 //!   data, the applied state and the current snapshot in one batch: after
 //!   any crash the state machine is wholly before or wholly after a call.
+//!
+//! A power cut at each point, and what a reopen finds:
+//! - inside `append`, before its write returned: all of the call's
+//!   entries or none (a batch is atomic); the callback was not called, so
+//!   openraft counted none of them: a follower gets them again from the
+//!   leader, and on a leader they were not committed by this node's
+//!   acknowledgement.
+//! - inside `save_vote` or `truncate`, before the write returned: the old
+//!   vote or log, as if the call had not been made; openraft acted on
+//!   neither before the call returned.
+//! - inside `apply`: the state machine before the call (openraft applies
+//!   the committed entries again) or after it, never a part.
+//! - inside `install_snapshot`: the old data, applied state and current
+//!   snapshot, or the new ones. The purge openraft issues after an
+//!   install may be lost; see above.
+//! - inside `build_snapshot`: the previous current snapshot or the new
+//!   one; the state machine is untouched by a build.
+//!
+//! `tests/reopen.rs` checks these on CairnDB's simulated file system
+//! (power cuts that keep only synced bytes, or a random part of the rest)
+//! and with a process that aborts with the store open.
+//!
+//! # The service
+//!
+//! With the default feature `service`, [`service`] runs a node of a
+//! replicated key-value service over HTTP (axum serving, reqwest calling
+//! peers), and the binary `cairn-raft-node` runs one. `tests/cluster.rs`
+//! starts three nodes in one process on loopback ports.
 //!
 //! # Limits
 //!
@@ -73,6 +103,12 @@
 //!   `BATCH_BYTES_MAX`.
 //! - Keys and values of the state machine are strings (UTF-8), as the
 //!   HTTP service wants them.
+//! - A log read returns at most `ENTRIES_PER_READ_MAX` (2^20) entries;
+//!   openraft reads in bounded ranges.
+//! - The service: clients must talk to the leader (another node answers
+//!   421 naming it; it does not forward), snapshot chunks travel as JSON
+//!   arrays of numbers (about four times their size), and there is no
+//!   TLS or authentication: it is for a trusted network.
 
 #![allow(
     clippy::result_large_err,
