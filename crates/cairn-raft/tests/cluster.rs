@@ -328,3 +328,47 @@ async fn a_restarted_follower_keeps_its_state_and_catches_up() {
         n.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_go_on_through_a_new_leader_after_the_leader_stops() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut nodes = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        nodes.push(start(i as u64 + 1, dir, config()).await);
+    }
+    let http = reqwest::Client::new();
+    form_cluster(&http, &nodes).await;
+    put(&http, &nodes[0], "before", "1").await;
+
+    let old = nodes.remove(0);
+    old.shutdown().await;
+    let (r2, r3) = (nodes[0].raft().clone(), nodes[1].raft().clone());
+    wait_until("a new leader", || {
+        let (l2, l3) = (
+            r2.metrics().borrow().current_leader,
+            r3.metrics().borrow().current_leader,
+        );
+        l2.is_some_and(|l| l != 1) && l2 == l3
+    })
+    .await;
+    let leader_id = r2.metrics().borrow().current_leader.expect("a leader");
+    let leader = nodes
+        .iter()
+        .find(|n| n.id() == leader_id)
+        .expect("the leader is node 2 or 3");
+    assert_eq!(
+        get(&http, leader, "before").await,
+        (StatusCode::OK, "1".into())
+    );
+    assert_eq!(
+        put(&http, leader, "before", "2").await,
+        Response::Previous(Some("1".into()))
+    );
+    assert_eq!(
+        get(&http, leader, "before").await,
+        (StatusCode::OK, "2".into())
+    );
+    for n in nodes {
+        n.shutdown().await;
+    }
+}
