@@ -47,6 +47,8 @@ type Membership = StoredMembership<NodeId, openraft::BasicNode>;
 type Meta = SnapshotMeta<NodeId, openraft::BasicNode>;
 
 /// The state machine of one Raft node. Opened with [`crate::open`].
+/// Clones share the database: keep one for reads (`get`, `pairs`) beside
+/// the one given to `Raft`, and let only `Raft` apply or install.
 #[derive(Debug, Clone)]
 pub struct StateMachine {
     shared: Shared,
