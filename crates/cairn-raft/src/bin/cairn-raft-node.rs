@@ -1,0 +1,61 @@
+//! One node of the replicated key-value service:
+//! `cairn-raft-node --id 1 --listen 127.0.0.1:7001 --dir /var/lib/node-1`.
+//! Stops on Ctrl-C.
+
+use std::process::ExitCode;
+
+use cairn_raft::service::{Node, ServiceError, config};
+
+const USAGE: &str = "usage: cairn-raft-node --id N --listen HOST:PORT --dir PATH";
+
+struct Args {
+    id: u64,
+    listen: String,
+    dir: std::path::PathBuf,
+}
+
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
+    let (mut id, mut listen, mut dir) = (None, None, None);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--id" => id = Some(value.parse::<u64>().map_err(|e| format!("--id: {e}"))?),
+            "--listen" => listen = Some(value),
+            "--dir" => dir = Some(value.into()),
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    Ok(Args {
+        id: id.ok_or("--id is missing")?,
+        listen: listen.ok_or("--listen is missing")?,
+        dir: dir.ok_or("--dir is missing")?,
+    })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(&args.listen).await {
+        Ok(l) => l,
+        Err(e) => return fail(ServiceError::Io(e)),
+    };
+    let node = match Node::start(args.id, &args.dir, listener, config()).await {
+        Ok(n) => n,
+        Err(e) => return fail(e),
+    };
+    eprintln!("node {} serving on {}", node.id(), node.addr());
+    let _ = tokio::signal::ctrl_c().await;
+    node.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+fn fail(e: ServiceError) -> ExitCode {
+    eprintln!("cairn-raft-node: {e}");
+    ExitCode::FAILURE
+}

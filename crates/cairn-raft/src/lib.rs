@@ -1,0 +1,181 @@
+//! openraft's storage over CairnDB: a Raft log ([`LogStore`]) and a
+//! key-value state machine ([`StateMachine`]) kept in one CairnDB
+//! database, one node's whole durable Raft state in one directory.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), cairn_raft::OpenError> {
+//! let (log_store, state_machine) = cairn_raft::open("/var/lib/node-1", cairndb::Options::default())?;
+//! // Raft::new(1, config, network, log_store, state_machine).await ...
+//! # Ok(()) }
+//! ```
+//!
+//! # Which openraft
+//!
+//! openraft 0.9 (0.9.25 when this was written). The newest version on
+//! crates.io is a 0.10.0 alpha; a pre-release may change its storage
+//! traits between alphas (0.10 moves them around), so this crate takes the
+//! newest release that is not a pre-release. In 0.9 the storage traits of
+//! the second generation ([`openraft::storage::RaftLogStorage`],
+//! [`openraft::RaftLogReader`], [`openraft::storage::RaftStateMachine`],
+//! [`openraft::RaftSnapshotBuilder`]) are sealed unless the `storage-v2`
+//! feature is on; it is, and they are implemented directly (no
+//! `RaftStorage` + `Adaptor`).
+//!
+//! # Layout (all keyspaces of one database)
+//!
+//! | keyspace    | key                               | value |
+//! |-------------|-----------------------------------|-------|
+//! | `raft_log`  | log index, 8 bytes big-endian     | the entry, JSON |
+//! | `raft_meta` | `vote`, `committed`, `last_purged` | JSON |
+//! | `raft_meta` | `sm.applied`, `sm.membership`     | JSON: the state machine's applied state |
+//! | `raft_meta` | `sm.snapshot.meta`, `sm.snapshot.data` | the current snapshot |
+//! | `kv`        | the application's key             | its value |
+//!
+//! Big-endian indexes make key order log order, so the last entry is the
+//! last key and a range of indexes is a range of keys.
+//!
+//! # Serialization
+//!
+//! Entries, votes, log ids and memberships are serialized with serde as
+//! JSON (`serde_json`): it is maintained by the serde authors, it is
+//! self-describing (a record can be read by eye with `cairn`, and a field
+//! added later with a serde default still reads old records, which a
+//! schema-less binary format such as postcard cannot do), and it is the
+//! format the HTTP service sends the same types in. The price is size and
+//! speed, small beside an fsync per append. Snapshot data has its own
+//! framing ([`codec`]): a stream of length-prefixed key-value pairs.
+//!
+//! # What is durable when
+//!
+//! - `append`: all given entries go in one synced `WriteBatch`; the flush
+//!   callback is called after that write returned, so the entries are
+//!   durable then. Concurrent synced writes (appends, applies, votes of
+//!   this and other stores in the process) share fsyncs by CairnDB's group
+//!   commit.
+//! - `save_vote`, `truncate`, `apply`, `install_snapshot`, a built
+//!   snapshot: synced before the call returns.
+//! - `save_committed`, `purge`: not synced (they survive a process crash,
+//!   not necessarily a power cut). Losing either is harmless: the
+//!   committed id only lets a restart re-apply sooner, and a lost purge
+//!   leaves entries that are purged again (openraft purges up to the
+//!   applied id at startup when the log ends before it). A later synced
+//!   write makes them durable too, as CairnDB's journal is written in
+//!   order.
+//! - The state machine's data, applied log id and membership are written
+//!   in one batch per `apply` call, and a snapshot install replaces the
+//!   data, the applied state and the current snapshot in one batch: after
+//!   any crash the state machine is wholly before or wholly after a call.
+//!
+//! A power cut at each point, and what a reopen finds:
+//! - inside `append`, before its write returned: all of the call's
+//!   entries or none (a batch is atomic); the callback was not called, so
+//!   openraft counted none of them: a follower gets them again from the
+//!   leader, and on a leader they were not committed by this node's
+//!   acknowledgement.
+//! - inside `save_vote` or `truncate`, before the write returned: the old
+//!   vote or log, as if the call had not been made; openraft acted on
+//!   neither before the call returned.
+//! - inside `apply`: the state machine before the call (openraft applies
+//!   the committed entries again) or after it, never a part.
+//! - inside `install_snapshot`: the old data, applied state and current
+//!   snapshot, or the new ones. The purge openraft issues after an
+//!   install may be lost; see above.
+//! - inside `build_snapshot`: the previous current snapshot or the new
+//!   one; the state machine is untouched by a build.
+//!
+//! `tests/reopen.rs` checks these on CairnDB's simulated file system
+//! (power cuts that keep only synced bytes, or a random part of the rest)
+//! and with a process that aborts with the store open.
+//!
+//! # The service
+//!
+//! With the default feature `service`, [`service`] runs a node of a
+//! replicated key-value service over HTTP (axum serving, reqwest calling
+//! peers), and the binary `cairn-raft-node` runs one. `tests/cluster.rs`
+//! starts three nodes in one process on loopback ports.
+//!
+//! # Limits
+//!
+//! - A snapshot is built into one `Vec<u8>` and stored as one value, so it
+//!   must fit in memory (about twice, while it is written) and below
+//!   CairnDB's value limit (`cairndb::limits::VALUE_LEN_MAX`, 1 GiB);
+//!   installing one writes the whole state in one batch, bounded by
+//!   `BATCH_BYTES_MAX`.
+//! - Keys and values of the state machine are strings (UTF-8), as the
+//!   HTTP service wants them.
+//! - A log read returns at most `ENTRIES_PER_READ_MAX` (2^20) entries;
+//!   openraft reads in bounded ranges.
+//! - The service: clients must talk to the leader (another node answers
+//!   421 naming it; it does not forward), snapshot chunks travel as JSON
+//!   arrays of numbers (about four times their size), and there is no
+//!   TLS or authentication: it is for a trusted network.
+
+#![allow(
+    clippy::result_large_err,
+    reason = "openraft's StorageError is large, and its storage traits return it; the helpers return what the traits do"
+)]
+
+pub mod codec;
+mod error;
+mod log_store;
+#[cfg(feature = "service")]
+pub mod service;
+mod state_machine;
+mod types;
+
+pub use error::OpenError;
+pub use log_store::{LogReader, LogStore};
+pub use state_machine::{SnapshotBuilder, StateMachine};
+pub use types::{NodeId, Request, Response, TypeConfig};
+
+use cairndb::{Db, Keyspace, Options};
+
+/// Keyspace of the log entries.
+pub const LOG_KEYSPACE: &str = "raft_log";
+/// Keyspace of the vote, the committed and last purged log ids, the
+/// applied state and the current snapshot.
+pub const META_KEYSPACE: &str = "raft_meta";
+/// Keyspace of the application's data.
+pub const KV_KEYSPACE: &str = "kv";
+
+/// The database and keyspace handles the log store and the state machine
+/// share. Cheap to clone.
+#[derive(Clone, Debug)]
+pub(crate) struct Shared {
+    pub db: Db,
+    pub log: Keyspace,
+    pub meta: Keyspace,
+    pub kv: Keyspace,
+}
+
+impl Shared {
+    fn open(db: Db) -> Result<Shared, cairndb::Error> {
+        Ok(Shared {
+            log: db.keyspace(LOG_KEYSPACE)?,
+            meta: db.keyspace(META_KEYSPACE)?,
+            kv: db.keyspace(KV_KEYSPACE)?,
+            db,
+        })
+    }
+}
+
+/// Opens (creating if `opts` allow) the database at `path` and returns
+/// the node's log store and state machine over it. Both hold the
+/// database; it is closed when both (and every log reader and snapshot
+/// builder taken from them) are dropped. Errors are CairnDB's
+/// ([`cairndb::Db::open`]).
+pub fn open(
+    path: impl AsRef<std::path::Path>,
+    opts: Options,
+) -> Result<(LogStore, StateMachine), OpenError> {
+    let db = Db::open(path, opts)?;
+    from_db(db)
+}
+
+/// The log store and state machine over an open database, whose
+/// `raft_log`, `raft_meta` and `kv` keyspaces they own (created if
+/// missing).
+pub fn from_db(db: Db) -> Result<(LogStore, StateMachine), OpenError> {
+    let shared = Shared::open(db)?;
+    Ok((LogStore::new(shared.clone()), StateMachine::new(shared)))
+}

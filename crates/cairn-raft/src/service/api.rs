@@ -1,0 +1,194 @@
+//! The HTTP endpoints of a node: the application's (`/kv/{key}`), the
+//! cluster administrator's (`/cluster/...`, `/metrics`) and Raft's own
+//! RPCs (`/raft/...`, called by `network.rs` on other nodes).
+//!
+//! Answers: a write answers 200 with the JSON of its [`Response`]; a read
+//! answers 200 with the value as text, or 404; an error answers a JSON
+//! object `{"error": text, "leader": {"id", "addr"} | null}` with 421
+//! (Misdirected Request) when this node is not the leader (ask
+//! `leader`), 400 for a bad request, and 503 otherwise.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response as HttpResponse};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use openraft::error::{ForwardToLeader, RaftError};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::{BasicNode, Raft};
+use serde::{Deserialize, Serialize};
+
+use super::network::{PATH_APPEND, PATH_SNAPSHOT, PATH_VOTE};
+use crate::{NodeId, Request, StateMachine, TypeConfig};
+
+/// What the handlers share.
+pub(crate) struct App {
+    pub raft: Raft<TypeConfig>,
+    pub state_machine: StateMachine,
+}
+
+/// Body of `POST /cluster/add-learner`; also names the leader in an
+/// error answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AddLearner {
+    pub id: NodeId,
+    pub addr: String,
+}
+
+/// Body of an error answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ErrorBody {
+    pub error: String,
+    /// The leader to ask instead, when this node knows it.
+    pub leader: Option<AddLearner>,
+}
+
+/// Largest request body a node accepts: a value to set, or a Raft RPC
+/// (up to `max_payload_entries` entries, or a snapshot chunk of
+/// `snapshot_max_chunk_size` bytes, which JSON writes as up to four
+/// characters a byte). axum's default, 2 MB, would refuse an append
+/// carrying a few large values, and replication would stop there.
+pub const BODY_BYTES_MAX: usize = 64 << 20;
+
+pub(crate) fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/kv/{key}", get(read).put(set).delete(delete))
+        .route("/cluster/init", post(init))
+        .route("/cluster/add-learner", post(add_learner))
+        .route("/cluster/change-membership", post(change_membership))
+        .route("/metrics", get(metrics))
+        .route(PATH_APPEND, post(raft_append))
+        .route(PATH_VOTE, post(raft_vote))
+        .route(PATH_SNAPSHOT, post(raft_snapshot))
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .with_state(app)
+}
+
+/// The answer for a failed Raft call: 421 with the leader if the call
+/// must go to the leader, else 503.
+fn raft_error<E>(e: RaftError<NodeId, E>) -> HttpResponse
+where
+    E: std::error::Error + openraft::TryAsRef<ForwardToLeader<NodeId, BasicNode>>,
+{
+    error_answer(e.to_string(), e.forward_to_leader::<BasicNode>())
+}
+
+fn error_answer(
+    error: String,
+    forward: Option<&ForwardToLeader<NodeId, BasicNode>>,
+) -> HttpResponse {
+    let Some(forward) = forward else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(ErrorBody {
+                error,
+                leader: None,
+            }),
+        )
+            .into_response();
+    };
+    let leader = forward
+        .leader_id
+        .zip(forward.leader_node.as_ref())
+        .map(|(id, node)| AddLearner {
+            id,
+            addr: node.addr.clone(),
+        });
+    (
+        StatusCode::MISDIRECTED_REQUEST,
+        Json(ErrorBody { error, leader }),
+    )
+        .into_response()
+}
+
+async fn write(app: &App, request: Request) -> HttpResponse {
+    match app.raft.client_write(request).await {
+        Ok(r) => Json(r.data).into_response(),
+        Err(e) => raft_error(e),
+    }
+}
+
+async fn set(State(app): State<Arc<App>>, Path(key): Path<String>, value: String) -> HttpResponse {
+    write(&app, Request::Set { key, value }).await
+}
+
+async fn delete(State(app): State<Arc<App>>, Path(key): Path<String>) -> HttpResponse {
+    write(&app, Request::Delete { key }).await
+}
+
+/// A linearizable read: this node confirms it is still the leader (a
+/// heartbeat round to a quorum) and waits until it has applied what was
+/// committed when the read arrived, then reads its state machine.
+async fn read(State(app): State<Arc<App>>, Path(key): Path<String>) -> HttpResponse {
+    if let Err(e) = app.raft.ensure_linearizable().await {
+        return raft_error(e);
+    }
+    match app.state_machine.get(&key) {
+        Ok(Some(v)) => v.into_response(),
+        Ok(None) => StatusCode::NOT_FOUND.into_response(),
+        Err(e) => error_answer(e.to_string(), None),
+    }
+}
+
+/// Initializes a new cluster with the given members (`{"1": {"addr":
+/// "127.0.0.1:7001"}, ...}`); called once, on one node.
+async fn init(
+    State(app): State<Arc<App>>,
+    Json(members): Json<BTreeMap<NodeId, BasicNode>>,
+) -> HttpResponse {
+    match app.raft.initialize(members).await {
+        Ok(()) => Json(()).into_response(),
+        Err(e) => error_answer(e.to_string(), None),
+    }
+}
+
+/// Adds a learner and waits until it has caught up with the log.
+async fn add_learner(State(app): State<Arc<App>>, Json(l): Json<AddLearner>) -> HttpResponse {
+    match app
+        .raft
+        .add_learner(l.id, BasicNode::new(l.addr), true)
+        .await
+    {
+        Ok(r) => Json(r.log_id).into_response(),
+        Err(e) => raft_error(e),
+    }
+}
+
+/// Makes the given nodes (learners already) the voters.
+async fn change_membership(
+    State(app): State<Arc<App>>,
+    Json(voters): Json<BTreeSet<NodeId>>,
+) -> HttpResponse {
+    match app.raft.change_membership(voters, false).await {
+        Ok(r) => Json(r.log_id).into_response(),
+        Err(e) => raft_error(e),
+    }
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
+    Json(app.raft.metrics().borrow().clone()).into_response()
+}
+
+async fn raft_append(
+    State(app): State<Arc<App>>,
+    Json(rpc): Json<AppendEntriesRequest<TypeConfig>>,
+) -> HttpResponse {
+    Json(app.raft.append_entries(rpc).await).into_response()
+}
+
+async fn raft_vote(
+    State(app): State<Arc<App>>,
+    Json(rpc): Json<VoteRequest<NodeId>>,
+) -> HttpResponse {
+    Json(app.raft.vote(rpc).await).into_response()
+}
+
+async fn raft_snapshot(
+    State(app): State<Arc<App>>,
+    Json(rpc): Json<InstallSnapshotRequest<TypeConfig>>,
+) -> HttpResponse {
+    Json(app.raft.install_snapshot(rpc).await).into_response()
+}

@@ -1,0 +1,43 @@
+//! The Raft type configuration and the application's requests and
+//! responses. Requests are persisted (inside log entries, as JSON): a
+//! variant or field renamed here no longer reads old logs.
+
+use serde::{Deserialize, Serialize};
+use std::io::Cursor;
+
+/// A node's id in the cluster.
+pub type NodeId = u64;
+
+/// A change to the key-value state machine, proposed through
+/// `Raft::client_write`. Persisted in log entries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Sets `key` to `value`.
+    Set { key: String, value: String },
+    /// Removes `key` (removing a missing key is not an error).
+    Delete { key: String },
+}
+
+/// What applying one entry answered. For `Set` and `Delete`, the value the
+/// key held before; blank and membership entries answer `Ok`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// The key's value before the request (`None`: it had none).
+    Previous(Option<String>),
+    /// A blank or membership entry was applied.
+    Ok,
+}
+
+openraft::declare_raft_types!(
+    /// The type configuration of a CairnDB-backed Raft node: `u64` node
+    /// ids, nodes with an address string (`BasicNode { addr }`), snapshots
+    /// as bytes in memory.
+    pub TypeConfig:
+        D = Request,
+        R = Response,
+        NodeId = NodeId,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);

@@ -1,0 +1,329 @@
+//! What a node finds when it opens its store again: after a clean drop,
+//! after a power cut (CairnDB's simulated file system keeps only what was
+//! synced), and after its process aborted (the real file system).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cairn_raft::{LogStore, Request, Response, StateMachine, TypeConfig};
+use cairndb::Options;
+use cairndb::io::{Crash, MemFs};
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
+use openraft::testing::{blank_ent, log_id, membership_ent};
+use openraft::{Entry, EntryPayload, LogId, RaftLogReader, RaftSnapshotBuilder, Vote};
+
+fn opts() -> Options {
+    Options::with_memory_budget(8 << 20)
+}
+
+fn mem_opts(fs: &MemFs) -> Options {
+    Options {
+        fs: Arc::new(fs.clone()),
+        ..opts()
+    }
+}
+
+fn normal(term: u64, index: u64, request: Request) -> Entry<TypeConfig> {
+    Entry {
+        log_id: log_id(term, 1, index),
+        payload: EntryPayload::Normal(request),
+    }
+}
+
+fn set(key: &str, value: &str) -> Request {
+    Request::Set {
+        key: key.into(),
+        value: value.into(),
+    }
+}
+
+/// Entries 1..=n of term 1: a membership entry, then sets of `k{i}`.
+fn entries(n: u64) -> Vec<Entry<TypeConfig>> {
+    (1..=n)
+        .map(|i| match i {
+            1 => membership_ent::<TypeConfig>(1, 1, 1, vec![[1, 2, 3].into()]),
+            _ => normal(1, i, set(&format!("k{i}"), &format!("v{i}"))),
+        })
+        .collect()
+}
+
+async fn log_ids(log: &mut LogStore) -> Vec<LogId<u64>> {
+    let all = log.try_get_log_entries(..).await.expect("entries read");
+    all.iter().map(|e| e.log_id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopen_restores_log_vote_committed_and_applied_state() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let written = entries(10);
+    let snapshot_meta;
+    {
+        let (mut log, mut sm) = cairn_raft::open(dir.path(), opts()).expect("open");
+        log.save_vote(&Vote::new_committed(3, 2))
+            .await
+            .expect("vote");
+        log.blocking_append(written.clone()).await.expect("append");
+        log.truncate(log_id(1, 1, 9)).await.expect("truncate");
+        log.blocking_append([normal(2, 9, set("k9", "again"))])
+            .await
+            .expect("append after truncate");
+        log.save_committed(Some(log_id(2, 1, 9)))
+            .await
+            .expect("committed");
+        let mut to_apply = written[..8].to_vec();
+        to_apply.push(normal(2, 9, set("k9", "again")));
+        let replies = sm.apply(to_apply).await.expect("apply");
+        assert_eq!(replies[0], Response::Ok);
+        assert_eq!(replies[1], Response::Previous(None));
+        let snap = sm
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .expect("snapshot");
+        snapshot_meta = snap.meta;
+        log.purge(log_id(1, 1, 4)).await.expect("purge");
+        // Dropped here without close.
+    }
+    let (mut log, mut sm) = cairn_raft::open(dir.path(), opts()).expect("reopen");
+    let state = log.get_log_state().await.expect("log state");
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 4)));
+    assert_eq!(state.last_log_id, Some(log_id(2, 1, 9)));
+    let ids = log_ids(&mut log).await;
+    let want: Vec<_> = (5..=8)
+        .map(|i| log_id(1, 1, i))
+        .chain([log_id(2, 1, 9)])
+        .collect();
+    assert_eq!(ids, want);
+    assert_eq!(
+        log.read_vote().await.expect("vote"),
+        Some(Vote::new_committed(3, 2))
+    );
+    assert_eq!(
+        log.read_committed().await.expect("committed"),
+        Some(log_id(2, 1, 9))
+    );
+    let (applied, membership) = sm.applied_state().await.expect("applied");
+    assert_eq!(applied, Some(log_id(2, 1, 9)));
+    assert_eq!(membership.log_id(), &Some(log_id(1, 1, 1)));
+    let mut want: BTreeMap<String, String> = (2..=8)
+        .map(|i| (format!("k{i}"), format!("v{i}")))
+        .collect();
+    want.insert("k9".into(), "again".into());
+    assert_eq!(
+        sm.pairs().expect("pairs"),
+        want.into_iter().collect::<Vec<_>>()
+    );
+    let current = sm
+        .get_current_snapshot()
+        .await
+        .expect("read snapshot")
+        .expect("a snapshot");
+    assert_eq!(current.meta, snapshot_meta);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_carry_the_previous_value_within_one_apply() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_log, mut sm) = cairn_raft::open(dir.path(), opts()).expect("open");
+    let replies = sm
+        .apply([
+            blank_ent::<TypeConfig>(1, 1, 1),
+            normal(1, 2, set("a", "1")),
+            normal(1, 3, set("a", "2")),
+            normal(1, 4, Request::Delete { key: "a".into() }),
+            normal(1, 5, Request::Delete { key: "a".into() }),
+        ])
+        .await
+        .expect("apply");
+    assert_eq!(
+        replies,
+        vec![
+            Response::Ok,
+            Response::Previous(None),
+            Response::Previous(Some("1".into())),
+            Response::Previous(Some("2".into())),
+            Response::Previous(None),
+        ]
+    );
+    assert_eq!(sm.get("a").expect("get"), None);
+    let (applied, _) = sm.applied_state().await.expect("applied");
+    assert_eq!(applied, Some(log_id(1, 1, 5)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_cut_keeps_synced_appends_vote_and_applied_state() {
+    let fs = MemFs::new();
+    let (mut log, mut sm) = cairn_raft::open("/node", mem_opts(&fs)).expect("open");
+    log.save_vote(&Vote::new(4, 1)).await.expect("vote");
+    log.blocking_append(entries(6)).await.expect("append");
+    sm.apply(entries(3)).await.expect("apply");
+    // The power fails while the store is open: only synced bytes remain.
+    let image = fs.crash_image(Crash::Clean, 0);
+    drop((log, sm));
+    let (mut log, mut sm) = cairn_raft::open("/node", mem_opts(&image)).expect("reopen");
+    assert_eq!(
+        log_ids(&mut log).await,
+        (1..=6).map(|i| log_id(1, 1, i)).collect::<Vec<_>>()
+    );
+    assert_eq!(log.read_vote().await.expect("vote"), Some(Vote::new(4, 1)));
+    let (applied, _) = sm.applied_state().await.expect("applied");
+    assert_eq!(applied, Some(log_id(1, 1, 3)));
+    assert_eq!(
+        sm.pairs().expect("pairs"),
+        vec![("k2".into(), "v2".into()), ("k3".into(), "v3".into())]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_cut_in_any_place_leaves_a_consistent_store() {
+    // Torn images keep a random prefix of what was not synced; whatever
+    // they keep, the log stays consecutive, it holds every synced entry,
+    // and the state machine's data matches its applied id.
+    let fs = MemFs::new();
+    let (mut log, mut sm) = cairn_raft::open("/node", mem_opts(&fs)).expect("open");
+    log.blocking_append(entries(20)).await.expect("append");
+    sm.apply(entries(12)).await.expect("apply");
+    log.save_committed(Some(log_id(1, 1, 12)))
+        .await
+        .expect("committed");
+    log.purge(log_id(1, 1, 5)).await.expect("purge (unsynced)");
+    for seed in 0..8 {
+        let image = fs.crash_image(Crash::Torn, seed);
+        let (mut log2, mut sm2) = cairn_raft::open("/node", mem_opts(&image)).expect("reopen");
+        let state = log2.get_log_state().await.expect("log state");
+        assert_eq!(state.last_log_id, Some(log_id(1, 1, 20)), "seed {seed}");
+        let first = state.last_purged_log_id.map_or(1, |p| p.index + 1);
+        let ids = log_ids(&mut log2).await;
+        let want: Vec<_> = (first..=20).map(|i| log_id(1, 1, i)).collect();
+        assert_eq!(ids, want, "seed {seed}");
+        let (applied, membership) = sm2.applied_state().await.expect("applied");
+        assert_eq!(applied, Some(log_id(1, 1, 12)), "seed {seed}");
+        assert_eq!(membership.log_id(), &Some(log_id(1, 1, 1)));
+        assert_eq!(sm2.pairs().expect("pairs").len(), 11, "seed {seed}");
+    }
+    drop((log, sm));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installed_snapshot_replaces_the_data_and_survives_reopen() {
+    let (dir_l, dir_f) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let (_log_l, mut leader) = cairn_raft::open(dir_l.path(), opts()).expect("open");
+    let (_log_f, mut follower) = cairn_raft::open(dir_f.path(), opts()).expect("open");
+    leader
+        .apply([
+            membership_ent::<TypeConfig>(1, 1, 1, vec![[1, 2].into()]),
+            normal(1, 2, set("b", "leader")),
+            normal(1, 3, set("d", "leader")),
+        ])
+        .await
+        .expect("apply on the leader");
+    follower
+        .apply([
+            normal(1, 1, set("a", "stale")),
+            normal(1, 2, set("b", "stale")),
+            normal(1, 3, set("c", "stale")),
+            normal(1, 4, set("e", "stale")),
+        ])
+        .await
+        .expect("apply on the follower");
+    let snap = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("build");
+    let mut receiving = follower.begin_receiving_snapshot().await.expect("begin");
+    *receiving = *snap.snapshot;
+    follower
+        .install_snapshot(&snap.meta, receiving)
+        .await
+        .expect("install");
+    let want = vec![
+        ("b".to_string(), "leader".to_string()),
+        ("d".to_string(), "leader".to_string()),
+    ];
+    assert_eq!(follower.pairs().expect("pairs"), want);
+    drop((_log_f, follower));
+    let (_log_f, mut follower) = cairn_raft::open(dir_f.path(), opts()).expect("reopen");
+    assert_eq!(follower.pairs().expect("pairs"), want);
+    let (applied, membership) = follower.applied_state().await.expect("applied");
+    assert_eq!(applied, Some(log_id(1, 1, 3)));
+    assert_eq!(membership, snap.meta.last_membership);
+    let current = follower
+        .get_current_snapshot()
+        .await
+        .expect("current")
+        .expect("one");
+    assert_eq!(current.meta, snap.meta);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_snapshot_data_changes_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (_log, mut sm) = cairn_raft::open(dir.path(), opts()).expect("open");
+    sm.apply([normal(1, 1, set("a", "1"))])
+        .await
+        .expect("apply");
+    let snap = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("build");
+    let mut data = snap.snapshot.into_inner();
+    data.truncate(data.len() - 1);
+    let mut meta = snap.meta.clone();
+    meta.last_log_id = Some(log_id(2, 1, 7));
+    let err = sm
+        .install_snapshot(&meta, Box::new(std::io::Cursor::new(data)))
+        .await
+        .expect_err("a cut snapshot is refused");
+    assert!(err.to_string().contains("snapshot"), "{err}");
+    assert_eq!(sm.pairs().expect("pairs"), vec![("a".into(), "1".into())]);
+    let (applied, _) = sm.applied_state().await.expect("applied");
+    assert_eq!(applied, Some(log_id(1, 1, 1)));
+}
+
+/// The child half of `abort_keeps_synced_appends`: runs only when the
+/// parent names a directory; appends, saves a vote, then aborts the
+/// process with the store open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_child() {
+    let Some(dir) = std::env::var_os("CAIRN_RAFT_ABORT_DIR") else {
+        return;
+    };
+    let (mut log, _sm): (LogStore, StateMachine) =
+        cairn_raft::open(&dir, opts()).expect("open in the child");
+    log.save_vote(&Vote::new(7, 3)).await.expect("vote");
+    for batch in entries(30).chunks(7) {
+        log.blocking_append(batch.to_vec()).await.expect("append");
+    }
+    std::process::abort();
+}
+
+#[test]
+fn abort_keeps_synced_appends() {
+    let dir = tempfile::tempdir().expect("dir");
+    let exe = std::env::current_exe().expect("test binary");
+    let status = std::process::Command::new(exe)
+        .args(["--exact", "abort_child", "--nocapture", "--test-threads=1"])
+        .env("CAIRN_RAFT_ABORT_DIR", dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("child runs");
+    assert!(!status.success(), "the child aborts");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let (mut log, _sm) = cairn_raft::open(dir.path(), opts()).expect("reopen");
+        assert_eq!(
+            log_ids(&mut log).await,
+            (1..=30).map(|i| log_id(1, 1, i)).collect::<Vec<_>>()
+        );
+        assert_eq!(log.read_vote().await.expect("vote"), Some(Vote::new(7, 3)));
+    });
+}
