@@ -27,6 +27,7 @@
 //! - `pool.rs`: worker threads (scan and value GC reads, memtable inserts)
 //! - `checkpoint.rs`, `backup.rs`: checkpoints and incremental backups
 
+pub mod backup;
 pub mod cache;
 mod checkpoint;
 mod compaction;
