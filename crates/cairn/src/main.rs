@@ -5,6 +5,9 @@
 //! is its own piece of work.
 
 mod bench;
+// Named by path so the `tools/` directory needs no `mod.rs` of its own.
+#[path = "tools/backup.rs"]
+mod backup_tool;
 
 use cairndb::{Db, Options, WriteBatch, WriteOptions};
 
@@ -35,6 +38,11 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Load, read back, scan and recover a database in a scratch directory.
     Demo(DemoArgs),
+    /// Copy a database at one seqno into a new directory (hard links
+    /// where it can).
+    Checkpoint(backup_tool::CheckpointArgs),
+    /// Incremental backups: create, list, verify, delete, restore.
+    Backup(backup_tool::BackupArgs),
     /// (internal) hold memory resident until stdin closes (memory cap).
     #[command(hide = true)]
     Balloon { bytes: u64 },
@@ -281,6 +289,8 @@ fn main() -> ExitCode {
             bench::workloads::txn_scaling::probe(&a).map_err(|e| e as Box<dyn std::error::Error>)
         }
         Cmd::Demo(a) => demo(a),
+        Cmd::Checkpoint(a) => backup_tool::checkpoint(a),
+        Cmd::Backup(a) => backup_tool::backup(a),
         Cmd::FillAndWait { dir, keys } => fill_and_wait(&dir, keys),
     };
     match r {
