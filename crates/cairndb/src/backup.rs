@@ -590,3 +590,74 @@ fn database_file(name: &str) -> bool {
             | FileKind::Stream(_)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example of format.md §Backup metadata.
+    fn example() -> Meta {
+        let file = |name: &str, size, crc32c| BackupFile {
+            name: name.to_owned(),
+            size,
+            crc32c,
+        };
+        Meta {
+            info: BackupInfo {
+                id: 1,
+                seqno: 3,
+                db_id: 0x5f1e_0c2a_b39d_7e41,
+                created_unix_secs: 1_764_300_000,
+                files: 4,
+                bytes: 1391,
+                files_copied: 4,
+                bytes_copied: 1391,
+            },
+            files: vec![
+                file("000005.table", 1233, 0x0b9f_3e27),
+                file("000007.journal", 0, 0),
+                file("MANIFEST-000008", 133, 0x77c1_a2d0),
+                file("CURRENT", 25, 0xd41e_98aa),
+            ],
+        }
+    }
+
+    #[test]
+    fn metadata_example_matches_format_md() {
+        let text = String::from_utf8(encode_meta(&example())).expect("utf-8");
+        let doc = include_str!("../../../docs/format.md");
+        assert!(
+            doc.contains(&text),
+            "format.md §Backup metadata shows:\n{text}"
+        );
+    }
+
+    #[test]
+    fn metadata_round_trips_and_every_cut_or_flip_is_refused() {
+        let m = example();
+        let bytes = encode_meta(&m);
+        assert_eq!(decode_meta(&bytes), Ok(m));
+        for cut in 0..bytes.len() {
+            assert!(decode_meta(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x01;
+            assert!(decode_meta(&b).is_err(), "flip at {i}");
+        }
+    }
+
+    #[test]
+    fn metadata_refuses_names_with_paths_and_other_formats() {
+        let mut m = example();
+        m.files[0].name = "../000005.table".to_owned();
+        assert!(decode_meta(&encode_meta(&m)).is_err());
+        let text = String::from_utf8(encode_meta(&example()))
+            .expect("utf-8")
+            .replace("cairndb-backup 1\n", "cairndb-backup 2\n");
+        let body = &text[..text.rfind("crc ").expect("crc line")];
+        let resealed = format!("{body}crc {:08x}\n", crc_fast::crc32_iscsi(body.as_bytes()));
+        let err = decode_meta(resealed.as_bytes()).expect_err("format 2");
+        assert!(err.1.contains("format"), "{err:?}");
+    }
+}
