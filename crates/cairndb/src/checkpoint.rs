@@ -248,8 +248,17 @@ impl Inner {
             if bg.shutdown {
                 return Err(Error::Closed);
             }
-            if flushed(self) {
-                return Ok(());
+            {
+                let s = self.state.read();
+                if s.table_seqno_max >= target {
+                    return Ok(());
+                }
+                // A published seqno is in a memtable until the flush that
+                // moves it raises `table_seqno_max` (one install).
+                assert!(
+                    !(s.mem.is_empty() && s.sealed.is_empty()),
+                    "seqno {target} is in no memtable and no table"
+                );
             }
             self.bg_cv.wait_for(&mut bg, FLUSH_WAIT);
         }
