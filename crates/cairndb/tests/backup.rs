@@ -95,6 +95,10 @@ fn mem_opts(fs: &MemFs) -> Options {
     Options {
         fs: Arc::new(fs.clone()),
         memtable_bytes: 64 << 10,
+        // A fixed shape: no compaction or settling behind the test's back
+        // rewrites tables between two backups.
+        background_compaction: false,
+        settle_after_idle: None,
         ..Options::default()
     }
 }
