@@ -272,7 +272,9 @@ fn file_name(path: &Path) -> String {
         .expect("database file names are UTF-8")
 }
 
-/// Creates `dir` if missing; `InvalidArgument` if it holds anything.
+/// Creates `dir` if missing (and syncs its parent, so the new directory's
+/// name is durable with what goes into it); `InvalidArgument` if it holds
+/// anything.
 pub(crate) fn prepare_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
     if fs.exists(dir) {
         let names = fs
@@ -284,9 +286,17 @@ pub(crate) fn prepare_dir(fs: &dyn Fs, dir: &Path) -> Result<()> {
                 dir.display()
             )));
         }
+        return Ok(());
     }
     fs.create_dir_all(dir)
-        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))
+        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    let parent = match dir.parent() {
+        Some(p) if p.as_os_str().is_empty() => Path::new("."),
+        Some(p) => p,
+        None => return Ok(()),
+    };
+    fs.sync_dir(parent)
+        .map_err(|e| Error::io(format!("syncing {}", parent.display()), e))
 }
 
 /// Copies the file at `from` to a new file `to` and syncs it; returns the
