@@ -3,7 +3,7 @@
 //! copied rather than linked (the source recycles them in place); the
 //! cost is the mutable part, not the database.
 
-use cairndb::io::MemFs;
+use cairndb::io::{Fs, MemFs};
 use cairndb::{Db, Error, Options, WriteOptions};
 use std::path::Path;
 use std::sync::Arc;
@@ -304,5 +304,83 @@ fn a_checkpoint_survives_a_power_cut_once_it_returned() {
                 "{crash:?} seed {seed}: value {i}"
             );
         }
+    }
+}
+
+/// A file system whose hard links always fail as across file systems
+/// (`EXDEV`): the checkpoint copies every file instead.
+struct NoLinks(MemFs);
+
+impl cairndb::io::Fs for NoLinks {
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.0.create_dir_all(dir)
+    }
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn cairndb::io::FileWrite>> {
+        self.0.create(path)
+    }
+    fn reuse(&self, from: &Path, to: &Path) -> std::io::Result<Box<dyn cairndb::io::FileWrite>> {
+        self.0.reuse(from, to)
+    }
+    fn open(&self, path: &Path) -> std::io::Result<Arc<dyn cairndb::io::FileRead>> {
+        self.0.open(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.0.rename(from, to)
+    }
+    fn hard_link(&self, _from: &Path, _to: &Path) -> std::io::Result<()> {
+        Err(std::io::Error::from(std::io::ErrorKind::CrossesDevices))
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        self.0.remove(path)
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        self.0.list(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.0.sync_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.0.exists(path)
+    }
+    fn lock(&self, dir: &Path) -> std::io::Result<Box<dyn cairndb::io::DirLock>> {
+        self.0.lock(dir)
+    }
+}
+
+#[test]
+fn where_links_fail_the_checkpoint_copies_and_is_the_same() {
+    let fs = MemFs::new();
+    let opts = Options {
+        fs: Arc::new(NoLinks(fs.clone())),
+        ..mem_opts(&fs)
+    };
+    let db = Db::open("/db", opts.clone()).expect("open");
+    for i in 0..500u32 {
+        db.put(format!("k{i:04}"), vec![i as u8; 1200])
+            .expect("put");
+    }
+    db.compact().expect("compact");
+    let made = db.checkpoint_with_stats("/ck").expect("checkpoint");
+    assert_eq!(made.files_linked, 0, "{made:?}");
+    assert!(made.bytes_copied > 500 * 1200, "{made:?}");
+    // The copies are files of their own: damaging the source's tables
+    // leaves the checkpoint intact.
+    for name in fs.list(Path::new("/db")).expect("list") {
+        if name.ends_with(".table") {
+            let path = Path::new("/db").join(&name);
+            let len = fs.file_len(&path).expect("len") as usize;
+            for at in (0..len).step_by(512) {
+                fs.mutate_byte(&path, at, |b| !b);
+            }
+        }
+    }
+    drop(db);
+    let ck = Db::open("/ck", opts).expect("open the checkpoint");
+    assert_eq!(ck.iter().count(), 500);
+    for i in (0..500u32).step_by(7) {
+        assert_eq!(
+            ck.get(format!("k{i:04}")).expect("get"),
+            Some(vec![i as u8; 1200])
+        );
     }
 }
