@@ -168,7 +168,13 @@ fn mem_opts(fs: &MemFs) -> Options {
 #[test]
 fn a_checkpoint_keeps_keyspaces_and_copies_journals_the_source_recycles() {
     let fs = MemFs::new();
-    let db = Db::open("/db", mem_opts(&fs)).expect("open");
+    // No background compaction: journals become free at `compact` only,
+    // and the writes after it recycle them.
+    let opts = Options {
+        background_compaction: false,
+        ..mem_opts(&fs)
+    };
+    let db = Db::open("/db", opts).expect("open");
     let users = db.keyspace("users").expect("users");
     let gone = db.keyspace("gone").expect("gone");
     let sync = WriteOptions { sync: true };
@@ -188,14 +194,22 @@ fn a_checkpoint_keeps_keyspaces_and_copies_journals_the_source_recycles() {
         "journals holding values are copied: {made:?}"
     );
     assert!(made.bytes_copied > 0);
-    // The source goes on: more synced values, recycled journals,
-    // compaction, settling; old journals are overwritten in place.
+    // The source goes on: more synced values, a compaction that settles
+    // every value out of the journals (they become free files), then
+    // more journals, made from the free files: the journals the
+    // checkpoint copied are overwritten in place.
     for i in 0..600u32 {
         users
             .put_opt(format!("u{i:04}"), vec![!(i as u8); 2048], &sync)
             .expect("put");
     }
     db.compact().expect("compact");
+    for i in 0..600u32 {
+        users
+            .put_opt(format!("u{i:04}"), vec![!(i as u8); 2048], &sync)
+            .expect("put");
+    }
+    db.flush().expect("flush");
     assert!(
         db.stats().journals_recycled > 0,
         "the source recycled journals: the test needs it"
