@@ -359,7 +359,10 @@ impl BackupDir {
     }
 
     /// Deletes backup `id`: its metadata first (durably), then the store
-    /// files no other backup lists (and any no backup lists at all).
+    /// files no other backup lists (and any no backup lists at all). If
+    /// another backup's metadata cannot be read, `id` is gone but no
+    /// store file is removed, and that error is returned: files a damaged
+    /// metadata file may list are never taken from it.
     pub fn delete(&self, id: u64) -> Result<()> {
         let _lock = self
             .fs
