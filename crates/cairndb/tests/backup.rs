@@ -256,3 +256,65 @@ fn delete_keeps_the_files_other_backups_need() {
         .expect_err("not empty");
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
 }
+
+/// A create that fails before its metadata is in place leaves no backup;
+/// the files it stored are reused by the next create and removed by a
+/// delete once no backup lists them. And once a create returned, a power
+/// cut keeps the backup whole (store files, metadata and names synced).
+#[test]
+fn a_failed_create_leaves_no_backup_and_a_power_cut_keeps_a_made_one() {
+    use cairndb::io::{Crash, Fault, FaultKind, OpKind};
+    let fs = MemFs::new();
+    let db = Db::open("/db", mem_opts(&fs)).expect("open");
+    fill(&db, 0, 800);
+    let backups = BackupDir::open_with(Arc::new(fs.clone()), "/backups").expect("open");
+    let first = backups.create(&db).expect("first");
+    fill(&db, 800, 1000);
+    // The metadata's rename into place fails.
+    fs.inject(Fault {
+        path_contains: Some("backup-000002".into()),
+        ..Fault::once(OpKind::Rename, FaultKind::Eio)
+    });
+    let err = backups
+        .create(&db)
+        .expect_err("the metadata cannot be renamed");
+    assert!(matches!(err, Error::Io { .. }), "{err}");
+    assert_eq!(backups.list().expect("list"), std::slice::from_ref(&first));
+    let second = backups.create(&db).expect("second");
+    assert_eq!(second.id, 2);
+    assert!(
+        second.files_copied <= 4,
+        "the failed create's data files are reused: {second:?}"
+    );
+    // A power cut now: the backups made are whole on the device.
+    let image = fs.crash_image(Crash::Clean, 0);
+    let on_image = BackupDir::open_with(Arc::new(image.clone()), "/backups").expect("open");
+    assert_eq!(
+        on_image.list().expect("list after the cut"),
+        [first.clone(), second.clone()]
+    );
+    on_image.verify(second.id).expect("verify after the cut");
+    on_image.restore(second.id, "/restored").expect("restore");
+    let r = Db::open(
+        "/restored",
+        Options {
+            fs: Arc::new(image),
+            ..mem_opts(&fs)
+        },
+    )
+    .expect("open");
+    assert_eq!(r.iter().count(), 1000);
+    // Deleting the first leaves exactly the second's files in the store.
+    backups.delete(first.id).expect("delete");
+    let mut want: Vec<String> = backups
+        .files(second.id)
+        .expect("files")
+        .iter()
+        .map(|f| format!("{}-{}-{:08x}", f.name, f.size, f.crc32c))
+        .collect();
+    want.sort();
+    want.dedup();
+    let mut have = fs.list(Path::new("/backups/files")).expect("list");
+    have.sort();
+    assert_eq!(have, want);
+}
