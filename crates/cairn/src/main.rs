@@ -55,6 +55,11 @@ enum Cmd {
     Verify(tools::kv::DbArgs),
     /// Merge every table into one sorted level.
     Compact(tools::kv::DbArgs),
+    /// Copy a database at one seqno into a new directory (hard links
+    /// where it can).
+    Checkpoint(tools::backup::CheckpointArgs),
+    /// Incremental backups: create, list, verify, delete, restore.
+    Backup(tools::backup::BackupArgs),
     /// (internal) hold memory resident until stdin closes (memory cap).
     #[command(hide = true)]
     Balloon { bytes: u64 },
@@ -318,6 +323,8 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Cmd::Compact(a) => tools::kv::compact(a),
+        Cmd::Checkpoint(a) => tools::backup::checkpoint(a),
+        Cmd::Backup(a) => tools::backup::backup(a),
         Cmd::FillAndWait { dir, keys } => fill_and_wait(&dir, keys),
     };
     match r {

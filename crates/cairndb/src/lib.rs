@@ -25,8 +25,11 @@
 //! - `format/`: every on-disk byte (journal, table, manifest)
 //! - `io/`: the `Fs` trait, the POSIX and in-memory backends
 //! - `pool.rs`: worker threads (scan and value GC reads, memtable inserts)
+//! - `checkpoint.rs`, `backup.rs`: checkpoints and incremental backups
 
+pub mod backup;
 pub mod cache;
+mod checkpoint;
 mod compaction;
 mod db;
 mod engine;
@@ -50,6 +53,7 @@ mod verify;
 mod version;
 mod write;
 
+pub use checkpoint::Checkpoint;
 pub use db::{Db, Snapshot, Stats};
 pub use error::{Error, Result};
 pub use keyspace::{Keyspace, KeyspaceOptions};

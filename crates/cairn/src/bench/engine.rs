@@ -191,6 +191,21 @@ pub trait Engine: Send + Sync {
     fn keyspaces(&self) -> Option<&dyn Keyspaces> {
         None
     }
+    /// Makes a checkpoint of the database in `dir` while writes go on
+    /// (CairnDB's `Db::checkpoint_with_stats`), or `None` if the adapter
+    /// has none (the checkpoint workload then skips the engine).
+    fn checkpoint(&self, dir: &std::path::Path) -> Option<BenchResult<Checkpointed>> {
+        let _ = dir;
+        None
+    }
+}
+
+/// What `Engine::checkpoint` made.
+#[derive(Debug, Clone, Copy)]
+pub struct Checkpointed {
+    pub seqno: u64,
+    pub bytes_linked: u64,
+    pub bytes_copied: u64,
 }
 
 /// CairnDB variants, each an engine of its own in `--engines`:
@@ -545,6 +560,18 @@ impl Engine for CairnEngine {
     }
     fn keyspaces(&self) -> Option<&dyn Keyspaces> {
         Some(self)
+    }
+    fn checkpoint(&self, dir: &std::path::Path) -> Option<BenchResult<Checkpointed>> {
+        Some(
+            self.db
+                .checkpoint_with_stats(dir)
+                .map(|c| Checkpointed {
+                    seqno: c.seqno,
+                    bytes_linked: c.bytes_linked,
+                    bytes_copied: c.bytes_copied,
+                })
+                .map_err(Into::into),
+        )
     }
     fn space_note(&self) -> Option<String> {
         let s = self.db.stats();

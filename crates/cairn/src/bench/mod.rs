@@ -9,7 +9,8 @@
 //! - `device`: direct-IO probes of the disk under the scratch directory.
 //! - `engine`: the `Engine` trait and adapters (CairnDB and its control
 //!   variants; peers behind cargo features).
-//! - `workloads`: dbbench, synctx, ycsb, contest, txn-scaling, keyspaces.
+//! - `workloads`: dbbench, synctx, ycsb, contest, txn-scaling, keyspaces,
+//!   checkpoint.
 //! - `monitor`: the per-second timeline (ops, MB/s, CPU, disk, RSS).
 //! - `report`: the summary table, JSON lines, plots.
 
@@ -136,8 +137,8 @@ impl Row {
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Workloads to run, comma-separated: dbbench, synctx, ycsb,
-    /// txn-scaling, contest, keyspaces. Without it, the default suite runs
-    /// all but keyspaces, with
+    /// txn-scaling, contest, keyspaces, checkpoint. Without it, the
+    /// default suite runs all but keyspaces and checkpoint, with
     /// `contest` scaled down (1 GiB under a 512 MiB cap) so the suite takes
     /// minutes.
     #[arg(long, value_delimiter = ',')]
@@ -236,6 +237,10 @@ pub struct BenchArgs {
     /// writes go on.
     #[arg(long, default_value_t = 1024)]
     pub ks_drop_mib: u64,
+    /// checkpoint: MiB of 1 KiB values in the database checkpointed
+    /// while writes go on.
+    #[arg(long, default_value_t = 1024)]
+    pub ckpt_mib: u64,
     /// Cache budget given to every engine, in MiB.
     #[arg(long, default_value_t = 64)]
     pub cache_mib: usize,
@@ -316,6 +321,7 @@ impl BenchArgs {
             self.txn_puts = self.txn_puts.min(10_000);
             self.ks_ops = self.ks_ops.min(6_000);
             self.ks_drop_mib = self.ks_drop_mib.min(8);
+            self.ckpt_mib = self.ckpt_mib.min(8);
             self.contest_keys = Some(self.contest_keys.unwrap_or(4_096).min(4_096));
             self.mem_cap_mib = Some(0);
             self.probe_mib = Some(self.probe_mib.unwrap_or(64).min(64));
@@ -474,6 +480,15 @@ pub fn run(mut args: BenchArgs) -> BenchResult<()> {
                         threads: args.threads.max(1),
                         value_len: args.value_size,
                         drop_bytes: args.ks_drop_mib << 20,
+                        seed: args.seed,
+                    },
+                ),
+                "checkpoint" => workloads::checkpoint::run(
+                    &mut ctx,
+                    &workloads::checkpoint::Config {
+                        mib: args.ckpt_mib,
+                        threads: args.threads.max(1),
+                        value_len: 1024,
                         seed: args.seed,
                     },
                 ),

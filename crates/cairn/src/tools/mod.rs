@@ -1,11 +1,13 @@
 //! The operator's subcommands: `stats`, `get`, `put`, `delete`, `scan`,
-//! `dump`, `load`, `verify` and `compact`, each on a database directory.
+//! `dump`, `load`, `verify`, `compact`, `checkpoint` and `backup`, each on
+//! a database directory.
 //!
 //! Keys and values on the command line and in the output are encoded as
 //! `--key-encoding` / `--value-encoding` say (utf8, hex, base64); a
 //! script asks for `--json`. Each tool opens the database as its one
 //! writer (the directory's lock), does its work and closes it.
 
+pub mod backup;
 pub mod dump;
 pub mod encoding;
 pub mod kv;

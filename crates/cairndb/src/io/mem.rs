@@ -62,6 +62,8 @@ pub enum OpKind {
     /// Cutting a file's pre-written tail off (`FileWrite::trim`).
     Truncate,
     Rename,
+    /// A second name for a file (`Fs::hard_link`).
+    Link,
     Remove,
     List,
     SyncDir,
@@ -81,6 +83,7 @@ impl OpKind {
                 | OpKind::Sync
                 | OpKind::Truncate
                 | OpKind::Rename
+                | OpKind::Link
                 | OpKind::Remove
                 | OpKind::SyncDir
         )
@@ -887,6 +890,21 @@ impl Fs for MemFs {
         MemFs::fail(self.begin(OpKind::Rename, from))?;
         let node = self.node(from)?;
         self.change_namespace(NsOp::Rename(from.to_path_buf(), to.to_path_buf(), node));
+        Ok(())
+    }
+
+    /// A second name for the same node: later changes through either
+    /// name show through both, as on a real file system.
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        MemFs::fail(self.begin(OpKind::Link, to))?;
+        let node = self.node(from)?;
+        if self.shared.state.lock().live.contains_key(to) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists", to.display()),
+            ));
+        }
+        self.change_namespace(NsOp::Put(to.to_path_buf(), node));
         Ok(())
     }
 

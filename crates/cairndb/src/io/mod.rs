@@ -289,6 +289,20 @@ pub trait Fs: Send + Sync + 'static {
     }
     /// Atomically replaces `to` with `from`.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes `to` (which must not exist) a second name of the existing
+    /// file `from`: both names then see one file, so this is only for
+    /// files never written again (tables, values files, flushed value
+    /// streams — never a journal, which may be recycled in place). The
+    /// new name is durable only after `sync_dir` on its directory. Fails
+    /// with `CrossesDevices` between file systems; `Unsupported` by
+    /// default. Callers copy the file instead when it fails
+    /// (`Db::checkpoint`).
+    fn hard_link(&self, _from: &Path, _to: &Path) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this file system has no hard links",
+        ))
+    }
     /// Removes a file.
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Names (not paths) of the entries of `dir`.

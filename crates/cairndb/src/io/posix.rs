@@ -323,6 +323,9 @@ impl Fs for PosixFs {
     fn remove(&self, path: &Path) -> io::Result<()> {
         fs::remove_file(path)
     }
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::hard_link(from, to)
+    }
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
         for entry in fs::read_dir(dir)? {

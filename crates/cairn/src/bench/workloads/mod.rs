@@ -7,6 +7,7 @@
 //! key that must exist, or a scan out of order turns the phase into a FAIL
 //! row instead of a figure.
 
+pub mod checkpoint;
 pub mod contest;
 pub mod dbbench;
 pub mod keyspaces;
