@@ -24,6 +24,7 @@
 //! - `memtable/`, `version/`: the in-memory table; live table sets
 //! - `format/`: every on-disk byte (journal, table, manifest)
 //! - `io/`: the `Fs` trait, the POSIX and in-memory backends
+//! - `follow/`: read-only and follower handles, the reader registry
 //! - `pool.rs`: worker threads (scan and value GC reads, memtable inserts)
 
 pub mod cache;
@@ -32,6 +33,7 @@ mod db;
 mod engine;
 pub mod error;
 mod flush;
+mod follow;
 pub(crate) mod format;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
@@ -51,6 +53,7 @@ mod write;
 
 pub use db::{Db, Snapshot, Stats};
 pub use error::{Error, Result};
+pub use follow::{CatchUp, ReadOnlyDb, ReadOnlySnapshot};
 pub use keyspace::{Keyspace, KeyspaceOptions};
 #[cfg(feature = "testing")]
 #[doc(hidden)]
