@@ -509,3 +509,72 @@ fn follower_with_a_timer() {
 fn follower_long() {
     follow_for(follow_secs(180), None);
 }
+
+fn tables_in(dir: &Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".table"))
+        .collect()
+}
+
+/// The writer keeps the tables a follower's snapshot reads through a
+/// compaction that retires them, and deletes them once the follower
+/// lets go; a dead follower's record (its lock gone) holds nothing.
+#[test]
+fn writer_keeps_files_a_follower_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let opts = Options {
+        background_compaction: false,
+        ..small_opts()
+    };
+    let db = Db::open(dir, opts.clone()).unwrap();
+    for round in 0..4u64 {
+        for i in 0..500u64 {
+            db.put(format!("k{i:04}"), value(round * 1000 + i)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let f = Db::open_follower(dir, Options::default()).unwrap();
+    let snap = f.snapshot();
+    let held = tables_in(dir);
+    assert!(held.len() >= 4, "{held:?}");
+    db.compact().unwrap();
+    // The compaction retired every table the follower's version names:
+    // all still there.
+    let now = tables_in(dir);
+    assert!(
+        held.is_subset(&now),
+        "deleted under a follower: {held:?} -> {now:?}"
+    );
+    let got: Vec<_> = snap.iter().map(|kv| kv.unwrap()).collect();
+    assert_eq!(got.len(), 500);
+    assert!(got.iter().all(|(_, v)| counter(v) >= 3000));
+    // The follower moves on and lets go of the old version: the writer's
+    // flush thread deletes the old tables within its idle ticks.
+    drop(snap);
+    f.catch_up().unwrap();
+    assert_eq!(f.iter().count(), 500);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !tables_in(dir).is_disjoint(&held) {
+        assert!(Instant::now() < deadline, "old tables never deleted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A record left by a dead process (unlocked) holds nothing and is
+    // removed by the writer's next deletion.
+    drop(f);
+    let stale = dir.join("readers").join("999999999.0.reader");
+    std::fs::write(&stale, b"CAIRNRDR garbage").unwrap();
+    let before = tables_in(dir);
+    for i in 0..500u64 {
+        db.put(format!("k{i:04}"), value(9000 + i)).unwrap();
+    }
+    db.flush().unwrap();
+    db.compact().unwrap();
+    assert!(
+        tables_in(dir).is_disjoint(&before),
+        "a stale record held files"
+    );
+    assert!(!stale.exists(), "the stale record was not removed");
+}
