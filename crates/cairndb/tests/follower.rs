@@ -163,6 +163,13 @@ fn run_writer(dir: &Path) {
     let finals: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     {
         let mut o = out.lock().unwrap();
+        let st = db.stats();
+        writeln!(
+            o,
+            "stats flushes={} compactions={} journals_recycled={}",
+            st.flushes, st.compactions, st.journals_recycled
+        )
+        .unwrap();
         writeln!(
             o,
             "final {}",
@@ -399,6 +406,8 @@ fn follow_for(secs: u64, every: Option<Duration>) {
     let started = Instant::now();
     let mut finals = None;
     let mut stdin_after = None;
+    let mut catch_up_times = Vec::new();
+    let mut stats = String::new();
     while finals.is_none() {
         if started.elapsed() >= Duration::from_secs(secs)
             && let Some(mut s) = stdin.take()
@@ -409,7 +418,9 @@ fn follow_for(secs: u64, every: Option<Duration>) {
         }
         std::thread::sleep(Duration::from_millis(100));
         if every.is_none() {
+            let t = Instant::now();
             let c = f.catch_up().unwrap();
+            catch_up_times.push(t.elapsed());
             catch_ups += 1;
             versions += u64::from(c.new_version);
             assert!(c.seqno >= c.seqno_before);
@@ -430,6 +441,9 @@ fn follow_for(secs: u64, every: Option<Duration>) {
             .drain(..)
             .chain(std::iter::from_fn(|| rx.try_recv().ok()))
         {
+            if let Some(at) = line.find("stats ") {
+                stats = line[at..].to_string();
+            }
             let line = ["synced ", "final "]
                 .iter()
                 .find_map(|m| line.find(m).map(|at| &line[at..]))
@@ -491,6 +505,12 @@ fn follow_for(secs: u64, every: Option<Duration>) {
         );
     }
     delays.sort();
+    catch_up_times.sort();
+    println!(
+        "writer {stats}; catch_up call: p50={:?} p99={:?}",
+        percentile(&catch_up_times, 0.5),
+        percentile(&catch_up_times, 0.99)
+    );
     println!(
         "follow {secs}s ({}): writes {:?}, {catch_ups} catch-ups, {checks} checks, {versions} new versions; synced write -> seen: n={} p50={:?} p99={:?} max={:?}",
         if every.is_some() {
