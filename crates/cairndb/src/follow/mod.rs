@@ -714,7 +714,7 @@ impl Shared {
                 continue;
             }
             let staged = p.staged && !later;
-            read_journal(
+            let whole = read_journal(
                 fs,
                 dir,
                 &p.rec,
@@ -724,9 +724,11 @@ impl Shared {
                 &mut streams,
                 staged,
             )?;
-            if later {
+            if later && whole {
                 // Sealed before the listing: read to its end.
                 j.done = true;
+            } else if !whole {
+                break;
             }
         }
         Ok(())
@@ -734,7 +736,9 @@ impl Shared {
 }
 
 /// Reads journal `j` from its offset to its last intact record,
-/// inserting each batch that follows `last` into its memtable.
+/// inserting each batch that follows `last` into its memtable. Returns
+/// false if it stopped early, at a record whose separated values are not
+/// all in their value streams yet.
 #[expect(
     clippy::too_many_arguments,
     reason = "one call site, all parts of one read"
@@ -748,7 +752,7 @@ fn read_journal(
     separation: &Separation,
     streams: &mut StreamFiles,
     staged: bool,
-) -> std::result::Result<(), Step> {
+) -> std::result::Result<bool, Step> {
     let path = files::journal(dir, j.number);
     let framing = rec.framing(j.number);
     let ctx = |e| Error::io(format!("reading journal {}", path.display()), e);
@@ -803,7 +807,10 @@ fn read_journal(
                     }
                     // Its values are not all in their streams yet: read
                     // it next time.
-                    Err(StreamMiss::Absent(_)) => break,
+                    Err(StreamMiss::Absent(_)) => {
+                        j.offset += consumed as u64;
+                        return Ok(false);
+                    }
                     Err(StreamMiss::Io(e)) => return Err(Step::Fail(e)),
                 }
             } else {
@@ -826,7 +833,7 @@ fn read_journal(
         }
         j.offset += consumed as u64;
         if staged {
-            return Ok(());
+            return Ok(true);
         }
         if consumed == 0 {
             // The record at the offset is not intact in what was read: it
@@ -840,12 +847,12 @@ fn read_journal(
                     chunk = len;
                     continue;
                 }
-                _ => return Ok(()),
+                _ => return Ok(true),
             }
         }
         chunk = READ_CHUNK_BYTES;
         if consumed == data.len() && data.len() < READ_CHUNK_BYTES {
-            return Ok(());
+            return Ok(true);
         }
     }
 }
@@ -874,7 +881,7 @@ mod tests {
         rec: &Recovered,
         j: &mut JournalRead,
         last: &mut u64,
-    ) -> std::result::Result<(), Step> {
+    ) -> std::result::Result<bool, Step> {
         let sep = Separation::new(usize::MAX, rec.version.keyspaces.clone());
         read_journal(
             fs,
@@ -916,7 +923,7 @@ mod tests {
         };
         let mut last = 0;
         match read(&*fs, dir, &rec, &mut j, &mut last) {
-            Ok(()) => {}
+            Ok(_) => {}
             Err(Step::Retry(w)) => panic!("retry: {w}"),
             Err(Step::Fail(e)) => panic!("{e}"),
         }
