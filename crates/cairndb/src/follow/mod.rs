@@ -19,9 +19,9 @@
 //! A follower (`Db::open_follower`) registers in the database's reader
 //! registry (`registry.rs`) what it still reads, so the writer of another
 //! process keeps those files. A read-only handle instead holds the
-//! database's `LOCK` shared for its life: no writer runs while it is
-//! open, and none is refused... only while it reads: `Db::open` fails
-//! naming the read-only handles.
+//! database's `LOCK` shared for its life: it cannot open while a writer
+//! has the database, and `Db::open` fails, naming the read-only handles,
+//! while it is open.
 //!
 //! Threads: the handle is `Send + Sync`; `catch_up` calls are serialized
 //! by the progress lock, reads take the published state under a short
