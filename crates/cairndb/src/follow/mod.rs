@@ -615,12 +615,11 @@ impl Shared {
         let intact = match scan.tail {
             Tail::Clean => data.len(),
             Tail::Torn { offset } => offset as usize,
-            Tail::Damaged { offset } => {
-                return Err(Step::Fail(Error::corruption(
-                    &path,
-                    offset,
-                    "damaged manifest record",
-                )));
+            // A read racing an append may copy a later page before an
+            // earlier one was written: read again (damage that stays is
+            // `Corruption` after `RETRIES_MAX` reads).
+            Tail::Damaged { .. } => {
+                return Err(Step::Retry("damaged manifest record"));
             }
         };
         if p.manifest.as_ref() == Some(&(name.to_string(), intact)) {
