@@ -143,3 +143,55 @@ impl Holds {
         self.all || self.records.iter().any(|r| r.holds(number, journal))
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_dead_registering_and_garbled_records() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        assert!(!Holds::load(dir).held(1, true), "no registry holds nothing");
+        // Registered: holds everything until its first update.
+        let mut live = Registration::new(dir).unwrap();
+        assert!(Holds::load(dir).held(1, false));
+        live.update(&ReaderRecord {
+            journal_floor: 10,
+            newer_from: 20,
+            numbers: vec![3],
+        })
+        .unwrap();
+        let h = Holds::load(dir);
+        assert!(h.held(3, false) && h.held(12, true) && h.held(25, false));
+        assert!(!h.held(4, false) && !h.held(12, false) && !h.held(5, true));
+        // A dead process's record (nobody holds its lock) holds nothing
+        // and is removed; so is a dead registration's temporary file.
+        let dead = readers_dir(dir).join("1.0.reader");
+        std::fs::write(&dead, ReaderRecord::default().encode()).unwrap();
+        let dead_tmp = readers_dir(dir).join("1.1.tmp");
+        std::fs::write(&dead_tmp, b"").unwrap();
+        assert!(!Holds::load(dir).held(4, false));
+        assert!(!dead.exists() && !dead_tmp.exists());
+        // A locked record that does not decode (being rewritten) holds
+        // everything; a locked temporary file (registering) nothing.
+        let garbled = readers_dir(dir).join("2.0.reader");
+        std::fs::write(&garbled, b"CAIRNRDR torn").unwrap();
+        let lock = File::open(&garbled).unwrap();
+        lock.lock().unwrap();
+        assert!(Holds::load(dir).held(4, false));
+        drop(lock);
+        let registering = readers_dir(dir).join("2.1.tmp");
+        std::fs::write(&registering, b"").unwrap();
+        let lock = File::open(&registering).unwrap();
+        lock.lock().unwrap();
+        assert!(!Holds::load(dir).held(4, false));
+        assert!(!garbled.exists(), "the unlocked garbled record stays");
+        drop(lock);
+        // Dropped: its record is gone.
+        let path = live.path.clone();
+        drop(live);
+        assert!(!path.exists());
+    }
+}
