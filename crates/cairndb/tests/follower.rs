@@ -124,22 +124,28 @@ fn writer_child() {
     }
 }
 
-fn run_writer(dir: &Path) {
-    // The parent's tests run in parallel: one that forks a child while
-    // another's handle of this directory is open can briefly share its
-    // lock, until the child's exec closes it.
+/// `Db::open`, retried for up to 10 s while the lock is held: the tests
+/// of this binary run in parallel, and a child one of them forks while
+/// another's handle of a directory is open shares that handle's lock
+/// until the child's exec closes it (long enough to matter on a loaded
+/// machine).
+fn open_writer(dir: &Path, opts: Options) -> Db {
     let started = Instant::now();
-    let db = loop {
-        match Db::open(dir, small_opts()) {
-            Ok(db) => break db,
+    loop {
+        match Db::open(dir, opts.clone()) {
+            Ok(db) => return db,
             Err(e) if started.elapsed() < Duration::from_secs(10) => {
-                eprintln!("writer: retrying open: {e}");
+                eprintln!("retrying open: {e}");
                 std::thread::sleep(Duration::from_millis(10));
             }
             Err(e) => panic!("{e}"),
         }
-    };
-    println!("opened after {:?}", started.elapsed());
+    }
+}
+
+fn run_writer(dir: &Path) {
+    let db = open_writer(dir, small_opts());
+    println!("opened");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let out = std::sync::Arc::new(std::sync::Mutex::new(std::io::stdout()));
     let threads: Vec<_> = (0..W)
@@ -294,7 +300,7 @@ fn read_only_handles_read_and_write_nothing() {
 
     // A read-only open while a writer has the database is refused,
     // naming the lock and the writer's pid.
-    let db = Db::open(dir, small_opts()).unwrap();
+    let db = open_writer(dir, small_opts());
     let e = Db::open_read_only(dir, Options::default())
         .unwrap_err()
         .to_string();
@@ -510,7 +516,7 @@ fn follow_for(secs: u64, every: Option<Duration>) {
     // finds what the follower saw.
     let readers: Vec<_> = std::fs::read_dir(dir.join("readers")).unwrap().collect();
     assert!(readers.is_empty(), "a reader record was left");
-    let db = Db::open(dir, small_opts()).unwrap();
+    let db = open_writer(dir, small_opts());
     for w in 0..W {
         assert_eq!(
             counter(&db.get(last_key(w)).unwrap().unwrap()),
@@ -676,7 +682,7 @@ fn read_only_after_a_killed_writer() {
     }
     drop(ro);
     assert_eq!(hash_files(dir), before, "a read-only handle changed a file");
-    let db = Db::open(dir, small_opts()).unwrap();
+    let db = open_writer(dir, small_opts());
     for w in 0..W {
         let got = db.get(last_key(w)).unwrap().map_or(0, |v| counter(&v));
         assert_eq!(
