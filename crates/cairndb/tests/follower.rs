@@ -691,3 +691,40 @@ fn read_only_after_a_killed_writer() {
         );
     }
 }
+
+/// A follower outlives its writer: the writer closes, a new one opens
+/// (recovery writes a new manifest and starts a new journal; the old
+/// journal, which the follower's record holds, is kept until the follower
+/// moves on) and writes more; the follower's next catch-up reads the new
+/// manifest whole and shows both.
+#[test]
+fn follower_across_a_writer_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let db = Db::open(dir, small_opts()).unwrap();
+    for i in 0..200u64 {
+        db.put(format!("a{i:04}"), value(i)).unwrap();
+    }
+    // A follower sees unsynced writes of a direct journal only once their
+    // chunk is in the journal file; a sync puts them there.
+    db.put_opt(b"a-sync", b"", &WriteOptions { sync: true })
+        .unwrap();
+    let f = Db::open_follower(dir, Options::default()).unwrap();
+    assert_eq!(f.iter().count(), 201);
+    let before = f.seqno();
+    db.close().unwrap();
+    let db = open_writer(dir, small_opts());
+    for i in 0..200u64 {
+        db.put(format!("b{i:04}"), value(i)).unwrap();
+    }
+    db.delete_opt(b"a0000", &WriteOptions { sync: true })
+        .unwrap();
+    let c = f.catch_up().unwrap();
+    assert!(c.new_version && c.seqno > before, "{c:?}");
+    assert_eq!(f.iter().count(), 400);
+    assert_eq!(f.get(b"a0000").unwrap(), None);
+    assert_eq!(counter(&f.get(b"b0199").unwrap().unwrap()), 199);
+    drop(db);
+    f.catch_up().unwrap();
+    assert_eq!(f.iter().count(), 400);
+}

@@ -597,18 +597,26 @@ impl Shared {
             )));
         };
         let path = dir.join(name);
-        let data = match crate::io::read_all(fs, &path) {
-            Ok(d) => d,
+        // The manifest read last, grown: only its new edits are read, and
+        // replayed onto the state it gave. Another manifest: read whole.
+        let (base, from) = match &p.manifest {
+            Some((seen, len)) if seen == name => (Some(p.rec.clone()), *len),
+            _ => (None, 0),
+        };
+        let ctx = |e| Error::io(format!("reading manifest {}", path.display()), e);
+        let file = match fs.open(&path) {
+            Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Step::Retry("CURRENT named a manifest since replaced"));
             }
-            Err(e) => {
-                return Err(Step::Fail(Error::io(
-                    format!("reading manifest {}", path.display()),
-                    e,
-                )));
-            }
+            Err(e) => return Err(Step::Fail(ctx(e))),
         };
+        let len = usize::try_from(file.len()).unwrap_or(usize::MAX);
+        if len < from {
+            return Err(Step::Retry("the manifest is shorter than read before"));
+        }
+        let mut data = vec![0u8; len - from];
+        file.read_exact_at(&mut data, from as u64).map_err(ctx)?;
         // The writer appends edits as this reads: an edit cut short is one
         // not yet wholly written, read next time.
         let scan = log::scan(&data, crate::recovery::manifest_continues);
@@ -622,22 +630,27 @@ impl Shared {
                 return Err(Step::Retry("damaged manifest record"));
             }
         };
-        if p.manifest.as_ref() == Some(&(name.to_string(), intact)) {
-            return Ok(false);
-        }
         if scan.records.is_empty() {
+            if base.is_some() {
+                return Ok(false);
+            }
             return Err(Step::Retry("the manifest holds no intact edit yet"));
         }
-        let mut rec = empty_recovered();
-        rec.next_file = 1;
-        rec.format = 0;
+        let whole = base.is_none();
+        let mut rec = base.unwrap_or_else(|| Recovered {
+            next_file: 1,
+            format: 0,
+            ..empty_recovered()
+        });
         for (i, (offset, kind, payload)) in scan.records.iter().enumerate() {
-            let bad = |d: String| Step::Fail(Error::corruption(&path, *offset, d));
+            let at = from as u64 + offset;
+            let bad = |d: String| Step::Fail(Error::corruption(&path, at, d));
             if *kind != RecordKind::Edit {
                 return Err(bad("manifest holds a non-edit record".into()));
             }
             let edit = crate::format::manifest::Edit::decode(payload).map_err(bad)?;
-            rec.replay(i == 0, &edit, &self.reaper).map_err(bad)?;
+            rec.replay(whole && i == 0, &edit, &self.reaper)
+                .map_err(bad)?;
         }
         rec.version
             .check()
@@ -662,7 +675,7 @@ impl Shared {
         }
         p.version = Arc::new(rec.version.clone());
         p.rec = rec;
-        p.manifest = Some((name.to_string(), intact));
+        p.manifest = Some((name.to_string(), from + intact));
         Ok(true)
     }
 

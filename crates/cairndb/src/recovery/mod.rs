@@ -63,6 +63,7 @@ use std::sync::atomic::AtomicU64;
 const FILE_NUMBER_MAX: u64 = (1 << 48) - 1;
 
 /// What the manifest says.
+#[derive(Clone)]
 pub(crate) struct Recovered {
     pub(crate) version: Version,
     pub(crate) journal_floor: u64,
