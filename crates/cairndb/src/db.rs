@@ -139,6 +139,36 @@ impl Db {
         })
     }
 
+    /// Opens the database at `path` for reading only, as it is: no file
+    /// is created, written, renamed or deleted (the journals are replayed
+    /// into memory, a torn tail is not cut, only not read past). Takes
+    /// the directory's `LOCK` shared, so any number of read-only handles
+    /// of any processes may be open at once, but not while a writer is
+    /// (`Io` naming the lock and the writer's pid: use
+    /// [`Db::open_follower`]), and a writer cannot open the database
+    /// until they are all dropped. `InvalidArgument` if there is no
+    /// database; `Corruption` as `Db::open` would report it.
+    pub fn open_read_only(
+        path: impl AsRef<Path>,
+        opts: Options,
+    ) -> Result<crate::follow::ReadOnlyDb> {
+        crate::follow::ReadOnlyDb::open(path.as_ref(), opts, false)
+    }
+
+    /// Opens the database at `path`, which another process may be
+    /// writing, as a follower (RocksDB's secondary instance): no lock is
+    /// taken and nothing of the database is written; the follower
+    /// registers in `readers/` (docs/architecture.md §Followers) which
+    /// files it reads, so the writer keeps them. Reads see the state
+    /// found at open, until [`ReadOnlyDb::catch_up`] (or the timer of
+    /// `Options::follow_every`) reads newer writes.
+    pub fn open_follower(
+        path: impl AsRef<Path>,
+        opts: Options,
+    ) -> Result<crate::follow::ReadOnlyDb> {
+        crate::follow::ReadOnlyDb::open(path.as_ref(), opts, true)
+    }
+
     pub(crate) fn inner(&self) -> &Arc<Inner> {
         &self.handle.inner
     }

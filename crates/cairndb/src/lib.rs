@@ -24,6 +24,7 @@
 //! - `memtable/`, `version/`: the in-memory table; live table sets
 //! - `format/`: every on-disk byte (journal, table, manifest)
 //! - `io/`: the `Fs` trait, the POSIX and in-memory backends
+//! - `follow/`: read-only and follower handles, the reader registry
 //! - `pool.rs`: worker threads (scan and value GC reads, memtable inserts)
 //! - `checkpoint.rs`, `backup.rs`: checkpoints and incremental backups
 
@@ -35,6 +36,7 @@ mod db;
 mod engine;
 pub mod error;
 mod flush;
+mod follow;
 pub(crate) mod format;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
@@ -56,6 +58,7 @@ mod write;
 pub use checkpoint::Checkpoint;
 pub use db::{Db, Snapshot, Stats};
 pub use error::{Error, Result};
+pub use follow::{CatchUp, ReadOnlyDb, ReadOnlySnapshot};
 pub use keyspace::{Keyspace, KeyspaceOptions};
 #[cfg(feature = "testing")]
 #[doc(hidden)]

@@ -196,6 +196,10 @@ pub struct Options {
     /// what runs right after a pause shares the machine with the
     /// read-back. Default true.
     pub warm_written_values: bool,
+    /// For a follower (`Db::open_follower`): catch up with the writer
+    /// this often on a thread of its own (`ReadOnlyDb::catch_up`). Other
+    /// handles ignore it. Default `None`: only explicit catch-ups.
+    pub follow_every: Option<std::time::Duration>,
     /// Run compactions in a background thread (default true). When false,
     /// only `Db::compact` compacts: for tests that want a fixed shape.
     pub background_compaction: bool,
@@ -314,6 +318,7 @@ impl Options {
             journal_ring_bytes: 16 << 20,
             journal_recycle: true,
             warm_written_values: true,
+            follow_every: None,
             background_compaction: true,
             #[cfg(feature = "testing")]
             sabotage: Sabotage::default(),

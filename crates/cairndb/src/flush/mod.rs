@@ -159,6 +159,8 @@ pub(crate) fn run(inner: &Inner) {
                     break;
                 }
                 inner.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
+                // Files followers held when they became obsolete.
+                parking_lot::MutexGuard::unlocked(&mut bg, || inner.reaper.retry_deferred());
             }
         }
         match flush_oldest(inner) {

@@ -17,6 +17,7 @@ pub mod filter;
 pub mod key;
 pub mod log;
 pub mod manifest;
+pub mod reader;
 pub mod stage;
 pub mod table;
 pub mod vptr;

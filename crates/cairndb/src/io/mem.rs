@@ -962,6 +962,20 @@ impl Fs for MemFs {
             dir: dir.to_path_buf(),
         }))
     }
+    /// Refused while a writer holds the lock; does not itself keep a
+    /// writer out (read-only handles on the simulated file system are
+    /// for tests that open no writer meanwhile).
+    fn lock_shared(&self, dir: &Path) -> io::Result<Box<dyn DirLock>> {
+        struct Unlocked;
+        impl DirLock for Unlocked {}
+        if self.shared.locks.lock().contains(dir) {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "database is locked by a writer",
+            ));
+        }
+        Ok(Box::new(Unlocked))
+    }
 }
 
 #[cfg(test)]

@@ -314,6 +314,16 @@ pub trait Fs: Send + Sync + 'static {
     /// Takes an exclusive lock on the database at `dir`, failing at once
     /// (`WouldBlock`) if another handle holds it.
     fn lock(&self, dir: &Path) -> io::Result<Box<dyn DirLock>>;
+    /// Takes a shared lock on the database at `dir` for a read-only
+    /// handle (`Db::open_read_only`): any number of them at once, none
+    /// while a writer holds `lock`, which fails while they hold theirs.
+    /// Writes nothing. By default no lock at all: it holds while no
+    /// handle of this backend writes.
+    fn lock_shared(&self, _dir: &Path) -> io::Result<Box<dyn DirLock>> {
+        struct Unlocked;
+        impl DirLock for Unlocked {}
+        Ok(Box::new(Unlocked))
+    }
 }
 
 /// Reads a whole file into memory (small files: CURRENT, manifest).

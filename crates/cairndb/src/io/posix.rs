@@ -342,20 +342,68 @@ impl Fs for PosixFs {
         path.exists()
     }
     fn lock(&self, dir: &Path) -> io::Result<Box<dyn DirLock>> {
+        let path = dir.join("LOCK");
         let file = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
-            .open(dir.join("LOCK"))?;
+            .open(&path)?;
         match file.try_lock() {
-            Ok(()) => Ok(Box::new(PosixLock { _file: file })),
-            Err(fs::TryLockError::WouldBlock) => Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                "database is locked by another handle",
-            )),
+            Ok(()) => {
+                // The holder's pid, for the error another process gets
+                // (format.md §LOCK). Only a hint: the lock is the flock.
+                use std::os::unix::fs::FileExt;
+                let pid = format!("{}\n", std::process::id());
+                file.set_len(0)?;
+                file.write_all_at(pid.as_bytes(), 0)?;
+                Ok(Box::new(PosixLock { _file: file }))
+            }
+            Err(fs::TryLockError::WouldBlock) => Err(locked_error(&path)),
             Err(fs::TryLockError::Error(e)) => Err(e),
         }
     }
+    fn lock_shared(&self, dir: &Path) -> io::Result<Box<dyn DirLock>> {
+        let path = dir.join("LOCK");
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            // Never opened by a writer: nothing to share.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Box::new(NoLock)),
+            Err(e) => return Err(e),
+        };
+        match file.try_lock_shared() {
+            Ok(()) => Ok(Box::new(PosixLock { _file: file })),
+            Err(fs::TryLockError::WouldBlock) => Err(locked_error(&path)),
+            Err(fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+}
+
+struct NoLock;
+impl DirLock for NoLock {}
+
+/// The error for a `LOCK` another handle holds: a writer (whose pid the
+/// file names) or read-only handles (which share it).
+fn locked_error(path: &Path) -> io::Error {
+    let shared = File::open(path).is_ok_and(|f| f.try_lock_shared().is_ok());
+    let holder = if shared {
+        "read-only handles (Db::open_read_only)".to_string()
+    } else {
+        match fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+        {
+            Some(pid) => format!("the writer, process {pid}"),
+            None => "a writer".to_string(),
+        }
+    };
+    io::Error::new(
+        io::ErrorKind::WouldBlock,
+        format!(
+            "database is locked: {} is held by {holder}; a second process can \
+             read it with Db::open_follower",
+            path.display()
+        ),
+    )
 }
 
 #[cfg(test)]

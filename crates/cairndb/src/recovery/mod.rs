@@ -63,25 +63,26 @@ use std::sync::atomic::AtomicU64;
 const FILE_NUMBER_MAX: u64 = (1 << 48) - 1;
 
 /// What the manifest says.
-struct Recovered {
-    version: Version,
-    journal_floor: u64,
-    next_file: u64,
-    last_seqno: u64,
+#[derive(Clone)]
+pub(crate) struct Recovered {
+    pub(crate) version: Version,
+    pub(crate) journal_floor: u64,
+    pub(crate) next_file: u64,
+    pub(crate) last_seqno: u64,
     /// Format of the manifest file read (`MANIFEST_FORMAT` for a new
     /// database): decides the framing of the journals replayed.
-    format: u64,
+    pub(crate) format: u64,
     /// The identity the manifest names (format 4), `None` before.
-    db_id: Option<u64>,
+    pub(crate) db_id: Option<u64>,
     /// Set if the manifest's last edit is a clean close (tag 10).
-    clean_close: Option<(u64, u64)>,
+    pub(crate) clean_close: Option<(u64, u64)>,
 }
 
 impl Recovered {
     /// How the records of journal `number` (at or above the floor) are
     /// framed: journals a format-3 manifest's floor covers were written by
     /// a build that numbers its records.
-    fn framing(&self, number: u64) -> Framing {
+    pub(crate) fn framing(&self, number: u64) -> Framing {
         if self.format >= MANIFEST_FORMAT_NUMBERED_JOURNALS {
             Framing::Numbered(log::journal_seed(number, self.db_id.unwrap_or(0)))
         } else {
@@ -129,7 +130,13 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
     )?;
     written.keep();
     drop(written);
-    listing.remove_garbage(&rec.version, journal_number, manifest_number, &opts);
+    listing.remove_garbage(
+        &rec.version,
+        journal_number,
+        manifest_number,
+        &opts,
+        &reaper,
+    );
     // The new journal's value streams: one, until a sealed journal's
     // keys show where to cut.
     let streams = (opts.value_partitions > 0).then(|| {
@@ -282,8 +289,12 @@ impl Listing {
         journal_number: u64,
         manifest_number: u64,
         opts: &Options,
+        reaper: &Reaper,
     ) {
         let live: std::collections::HashSet<u64> = version.numbers().collect();
+        // Files a follower still reads stay until it lets go
+        // (`Reaper::retry_deferred`).
+        let holds = crate::follow::registry::Holds::load(&self.dir);
         for (name, kind) in self.names.iter().zip(&self.kinds) {
             let garbage = match kind {
                 FileKind::Journal(n) => *n < journal_number && !version.segments.contains_key(n),
@@ -294,7 +305,27 @@ impl Listing {
                 FileKind::Stage => !opts.journal_direct,
                 _ => false,
             };
-            if garbage {
+            let held = match kind {
+                FileKind::Journal(n) => holds.held(*n, true),
+                FileKind::Table(n) | FileKind::Values(n) | FileKind::Stream(n) => {
+                    holds.held(*n, false)
+                }
+                _ => false,
+            };
+            if garbage && held {
+                let n = match kind {
+                    FileKind::Journal(n)
+                    | FileKind::Table(n)
+                    | FileKind::Values(n)
+                    | FileKind::Stream(n) => *n,
+                    _ => 0,
+                };
+                let journal = matches!(kind, FileKind::Journal(_));
+                reaper
+                    .deferred
+                    .lock()
+                    .push((n, journal, self.dir.join(name)));
+            } else if garbage {
                 let _ = self.fs.remove(&self.dir.join(name));
             }
         }
@@ -303,7 +334,10 @@ impl Listing {
 
 /// The runtime caches an open reads through: the table cache (with the
 /// block cache, if any) and the reaper that owns segment files.
-fn caches(dir: &Path, opts: &Options) -> (Arc<TableCache>, Arc<Reaper>, Option<Arc<BlockCache>>) {
+pub(crate) fn caches(
+    dir: &Path,
+    opts: &Options,
+) -> (Arc<TableCache>, Arc<Reaper>, Option<Arc<BlockCache>>) {
     let blocks = (opts.block_cache_bytes > 0)
         .then(|| Arc::new(BlockCache::new(opts.block_cache_bytes as u64)));
     let tables = Arc::new(TableCache::new(
@@ -626,7 +660,7 @@ fn read_current_manifest(fs: &dyn Fs, dir: &Path) -> Result<(PathBuf, Vec<u8>)> 
 impl Recovered {
     /// Replays one intact edit of the manifest (`first`: its first, which
     /// names the format and, from format 4, the database's identity).
-    fn replay(
+    pub(crate) fn replay(
         &mut self,
         first: bool,
         edit: &Edit,
@@ -1024,12 +1058,12 @@ fn vouched(records: &[log::Record<'_>], may_be_torn: bool) -> u64 {
 
 /// The value streams replay reads (`version/streams.rs`), opened once each.
 #[derive(Default)]
-struct StreamFiles {
+pub(crate) struct StreamFiles {
     open: std::collections::HashMap<u64, Option<Arc<dyn crate::io::FileRead>>>,
 }
 
 /// Why a record's values could not be taken from their streams.
-enum StreamMiss {
+pub(crate) enum StreamMiss {
     /// Missing, short or not matching the pointer: what an unsynced
     /// append that never reached the device leaves.
     Absent(String),
@@ -1081,7 +1115,7 @@ impl StreamFiles {
 
     /// `batch` with each pointer op's value read from its stream and put
     /// back inline.
-    fn inline(
+    pub(crate) fn inline(
         &mut self,
         fs: &dyn Fs,
         dir: &Path,
@@ -1133,7 +1167,7 @@ impl StreamFiles {
 /// past the real end the ring holds older bytes of the same journal (or
 /// of an earlier one), which never do. A damaged file (intact records
 /// after its damage) is returned as it is, for the usual checks to judge.
-fn with_staged_tail(
+pub(crate) fn with_staged_tail(
     fs: &dyn Fs,
     dir: &Path,
     number: u64,

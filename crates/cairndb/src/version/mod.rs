@@ -67,6 +67,10 @@ pub struct Reaper {
     /// become obsolete as leftover snapshots and iterators let go are
     /// left for the next open to remove.
     pub closed: std::sync::atomic::AtomicBool,
+    /// Obsolete files a follower still reads (`follow::registry`): their
+    /// number, whether each is a journal, and path; deleted by
+    /// `retry_deferred` once no follower holds them.
+    pub deferred: parking_lot::Mutex<Vec<(u64, bool, PathBuf)>>,
 }
 
 impl Reaper {
@@ -86,6 +90,45 @@ impl Reaper {
             recycled: std::sync::atomic::AtomicU64::new(0),
             stage: None,
             closed: std::sync::atomic::AtomicBool::new(false),
+            deferred: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// True if a live follower holds file `number` (a journal if
+    /// `journal`): it is then kept, to be deleted by a later
+    /// `retry_deferred`. Retries the files deferred before.
+    pub fn defer_if_held(&self, number: u64, journal: bool, path: PathBuf) -> bool {
+        let holds = crate::follow::registry::Holds::load(&self.dir);
+        self.retry_with(&holds);
+        if holds.held(number, journal) {
+            self.deferred.lock().push((number, journal, path));
+            return true;
+        }
+        false
+    }
+
+    /// Deletes the deferred files no live follower holds any more. Cheap
+    /// when nothing is deferred; the flush thread calls it as it idles.
+    pub fn retry_deferred(&self) {
+        if self.deferred.lock().is_empty() || self.closed.load(std::sync::atomic::Ordering::Acquire)
+        {
+            return;
+        }
+        self.retry_with(&crate::follow::registry::Holds::load(&self.dir));
+    }
+
+    fn retry_with(&self, holds: &crate::follow::registry::Holds) {
+        let free: Vec<(u64, bool, PathBuf)> = {
+            let mut deferred = self.deferred.lock();
+            let (held, free) = deferred.drain(..).partition(|(n, j, _)| holds.held(*n, *j));
+            *deferred = held;
+            free
+        };
+        for (number, journal, path) in free {
+            let _ = self.fs.remove(&path);
+            if !journal {
+                (self.on_delete)(number);
+            }
         }
     }
 
@@ -252,6 +295,9 @@ impl Drop for TableFile {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) && !self.reaper.closed.load(Ordering::Acquire) {
             let path = files::table(&self.reaper.dir, self.number);
+            if self.reaper.defer_if_held(self.number, false, path.clone()) {
+                return;
+            }
             // A failed delete leaves an orphan that the next open removes.
             let _ = self.reaper.fs.remove(&path);
             (self.reaper.on_delete)(self.number);

@@ -287,6 +287,12 @@ impl Drop for SegmentFile {
             }
         }
         if self.obsolete.load(Ordering::Acquire) && !self.reaper.closed.load(Ordering::Acquire) {
+            let journal = self.kind() == SegmentKind::Journal;
+            // A follower still reading it: deleted later, never recycled
+            // (its bytes would change under the follower).
+            if self.reaper.defer_if_held(self.number, journal, self.path()) {
+                return;
+            }
             if self.recyclable.load(Ordering::Acquire) && self.reaper.keep_free(self.number) {
                 return;
             }
