@@ -1,6 +1,8 @@
 //! fjall (an LSM-tree in Rust).
 //!
-//! Configuration: one database with one keyspace `kv`; block cache
+//! Configuration: one database with one keyspace `kv` (the `keyspaces`
+//! workload opens more, configured alike, and drops them with
+//! `Database::delete_keyspace`); block cache
 //! `cache_size(cache_bytes)`; memtable `max_memtable_size(write_buffer_bytes)`;
 //! data blocks compressed as `EngineConfig::compression` asks, at every
 //! level (`CompressionPolicy::all`): none by default, LZ4 for `lz4`; fjall
@@ -26,16 +28,30 @@
 
 use crate::bench::BenchResult;
 use crate::bench::engine::Compression;
-use crate::bench::engine::{BatchOp, Engine, EngineConfig, visit};
+use crate::bench::engine::{BatchOp, Engine, EngineConfig, Keyspaces, visit};
 use ::fjall::config::CompressionPolicy;
 use ::fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use std::path::Path;
+use std::sync::RwLock;
 
 pub struct FjallEngine {
     db: Database,
     ks: Keyspace,
     /// What the data blocks get, for `compression()`.
     compression: &'static str,
+    /// How keyspaces are created: `kv`'s options.
+    data: CompressionType,
+    memtable: u64,
+    /// The `keyspaces` workload's keyspaces by index (`None` once dropped,
+    /// so fjall can remove its folder when the last handle goes).
+    spaces: RwLock<Vec<(String, Option<Keyspace>)>>,
+}
+
+fn create_options(data: CompressionType, memtable: u64) -> KeyspaceCreateOptions {
+    KeyspaceCreateOptions::default()
+        .data_block_compression_policy(CompressionPolicy::all(data))
+        .index_block_compression_policy(CompressionPolicy::disabled())
+        .max_memtable_size(memtable)
 }
 
 impl FjallEngine {
@@ -50,17 +66,67 @@ impl FjallEngine {
             Compression::Lz4 => (CompressionType::Lz4, "lz4"),
             Compression::Zstd => (CompressionType::None, "none: fjall 3 has no zstd"),
         };
-        let ks = db.keyspace("kv", || {
-            KeyspaceCreateOptions::default()
-                .data_block_compression_policy(CompressionPolicy::all(data))
-                .index_block_compression_policy(CompressionPolicy::disabled())
-                .max_memtable_size(memtable)
-        })?;
+        let ks = db.keyspace("kv", || create_options(data, memtable))?;
         Ok(FjallEngine {
             db,
             ks,
             compression,
+            data,
+            memtable,
+            spaces: RwLock::new(Vec::new()),
         })
+    }
+
+    fn space(&self, ks: usize) -> BenchResult<Keyspace> {
+        let spaces = self.spaces.read().map_err(|_| "keyspace list poisoned")?;
+        match spaces.get(ks) {
+            Some((_, Some(k))) => Ok(k.clone()),
+            _ => Err(format!("no open keyspace {ks}").into()),
+        }
+    }
+}
+
+impl Keyspaces for FjallEngine {
+    fn open_keyspace(&self, name: &str) -> BenchResult<usize> {
+        let ks = self
+            .db
+            .keyspace(name, || create_options(self.data, self.memtable))?;
+        let mut spaces = self.spaces.write().map_err(|_| "keyspace list poisoned")?;
+        spaces.push((name.to_owned(), Some(ks)));
+        Ok(spaces.len() - 1)
+    }
+    fn write_in(&self, ks: usize, ops: &[BatchOp], sync: bool) -> BenchResult<()> {
+        let ks = self.space(ks)?;
+        let mut b = self
+            .db
+            .batch()
+            .durability(sync.then_some(PersistMode::SyncData));
+        for (k, v) in ops {
+            match v {
+                Some(v) => b.insert(&ks, k.as_slice(), v.as_slice()),
+                None => b.remove(&ks, k.as_slice()),
+            }
+        }
+        Ok(b.commit()?)
+    }
+    fn get_in(&self, ks: usize, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+        Ok(self.space(ks)?.get(key)?.map(|v| v.to_vec()))
+    }
+    fn drop_keyspace(&self, name: &str) -> BenchResult<()> {
+        let handle = {
+            let mut spaces = self.spaces.write().map_err(|_| "keyspace list poisoned")?;
+            spaces
+                .iter_mut()
+                .filter(|(n, _)| n == name)
+                .find_map(|(_, k)| k.take())
+        };
+        let handle = match handle {
+            Some(h) => h,
+            None => self
+                .db
+                .keyspace(name, || create_options(self.data, self.memtable))?,
+        };
+        Ok(self.db.delete_keyspace(handle)?)
     }
 }
 
@@ -108,5 +174,8 @@ impl Engine for FjallEngine {
     }
     fn compression(&self) -> String {
         self.compression.to_owned()
+    }
+    fn keyspaces(&self) -> Option<&dyn Keyspaces> {
+        Some(self)
     }
 }
