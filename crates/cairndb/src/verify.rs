@@ -22,6 +22,7 @@ use crate::format::key::{self, Kind};
 use crate::format::table::Table;
 use crate::format::vptr::ValuePtr;
 use crate::version::{TableFile, files};
+use crate::sync;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
@@ -67,12 +68,12 @@ impl VerifyReport {
 /// each table.
 pub(crate) fn verify(inner: &Inner, progress: &mut dyn FnMut(&VerifyReport)) -> VerifyReport {
     let view = inner.view();
-    let files: Vec<Arc<TableFile>> = view
+    let files: Vec<sync::Arc<TableFile>> = view
         .version
         .levels
         .iter()
         .flatten()
-        .map(Arc::clone)
+        .map(sync::Arc::clone)
         .collect();
     let mut report = VerifyReport {
         tables_total: files.len() as u64,
