@@ -115,6 +115,8 @@
     reason = "openraft's StorageError is large, and its storage traits return it; the helpers return what the traits do"
 )]
 
+#[cfg(feature = "service")]
+pub mod client;
 pub mod codec;
 mod error;
 mod log_store;
@@ -126,7 +128,7 @@ mod types;
 pub use error::OpenError;
 pub use log_store::{LogReader, LogStore};
 pub use state_machine::{SnapshotBuilder, StateMachine};
-pub use types::{NodeId, Request, Response, TypeConfig};
+pub use types::{NodeId, Op, Request, Response, TypeConfig};
 
 use cairndb::{Db, Keyspace, Options};
 
