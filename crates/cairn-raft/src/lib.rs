@@ -119,6 +119,7 @@
 pub mod client;
 pub mod codec;
 mod error;
+pub mod lincheck;
 mod log_store;
 #[cfg(feature = "service")]
 pub mod service;
