@@ -38,8 +38,11 @@ pub const CALL_TIME_MAX: Duration = Duration::from_secs(15);
 pub const ATTEMPTS_MAX: u32 = 200;
 /// First pause after an attempt that found no leader; doubled each time.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(10);
-/// Longest pause between attempts.
-pub const BACKOFF_MAX: Duration = Duration::from_millis(300);
+/// Longest pause between attempts: short beside an election (hundreds of
+/// milliseconds), so a client notices a new leader soon after it is
+/// elected, and long enough that a few clients polling during an
+/// election cost the nodes little.
+pub const BACKOFF_MAX: Duration = Duration::from_millis(100);
 /// Longest one HTTP request may take. A linearizable read on a leader cut
 /// off from its quorum does not answer; this bounds it.
 pub const REQUEST_TIME_MAX: Duration = Duration::from_secs(3);

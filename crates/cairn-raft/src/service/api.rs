@@ -198,10 +198,10 @@ async fn read(
     Path(key): Path<String>,
     Query(q): Query<ReadQuery>,
 ) -> HttpResponse {
-    if !q.stale {
-        if let Err(e) = app.raft.ensure_linearizable().await {
-            return raft_error(e);
-        }
+    if !q.stale
+        && let Err(e) = app.raft.ensure_linearizable().await
+    {
+        return raft_error(e);
     }
     match app.state_machine.get(&key) {
         Ok(Some(v)) => v.into_response(),
@@ -212,10 +212,10 @@ async fn read(
 
 /// A range read, linearizable as `read` is unless `stale`.
 async fn range(State(app): State<Arc<App>>, Query(q): Query<RangeQuery>) -> HttpResponse {
-    if !q.stale {
-        if let Err(e) = app.raft.ensure_linearizable().await {
-            return raft_error(e);
-        }
+    if !q.stale
+        && let Err(e) = app.raft.ensure_linearizable().await
+    {
+        return raft_error(e);
     }
     let limit = q.limit.unwrap_or(RANGE_PAIRS_MAX).min(RANGE_PAIRS_MAX);
     match app.state_machine.range(&q.from, q.to.as_deref(), limit) {

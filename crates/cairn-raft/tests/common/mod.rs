@@ -128,10 +128,10 @@ impl Cluster {
     pub async fn wait_for_leader(&self, not: Option<u64>) -> u64 {
         let start = Instant::now();
         loop {
-            if let Some(l) = self.agreed_leader().await {
-                if Some(l) != not {
-                    return l;
-                }
+            if let Some(l) = self.agreed_leader().await
+                && Some(l) != not
+            {
+                return l;
             }
             assert!(start.elapsed() < WAIT_MAX, "no leader for {WAIT_MAX:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
