@@ -45,6 +45,24 @@ impl Cluster {
     /// Starts `n` nodes (ids 1..=n) with `flags`, initializes them as one
     /// cluster and waits until all agree on a leader.
     pub async fn start(n: u64, flags: &[&str]) -> Cluster {
+        let cluster = Cluster::start_uninitialized(n, flags).await;
+        let members: BTreeMap<u64, serde_json::Value> = cluster
+            .nodes
+            .iter()
+            .map(|p| (p.id, serde_json::json!({ "addr": p.addr })))
+            .collect();
+        let init = serde_json::to_string(&members).expect("json");
+        cluster
+            .client
+            .post_to(&cluster.nodes[0].addr, "/cluster/init", init)
+            .await
+            .expect("init answers");
+        cluster.wait_for_leader(None).await;
+        cluster
+    }
+
+    /// Starts `n` nodes (ids 1..=n) with `flags`, each on its own.
+    pub async fn start_uninitialized(n: u64, flags: &[&str]) -> Cluster {
         let root = tempfile::tempdir().expect("a temporary directory");
         let nodes: Vec<Proc> = (1..=n)
             .map(|id| Proc {
@@ -64,18 +82,6 @@ impl Cluster {
         for id in 1..=n {
             cluster.spawn(id).await;
         }
-        let members: BTreeMap<u64, serde_json::Value> = cluster
-            .nodes
-            .iter()
-            .map(|p| (p.id, serde_json::json!({ "addr": p.addr })))
-            .collect();
-        let init = serde_json::to_string(&members).expect("json");
-        cluster
-            .client
-            .post_to(&cluster.nodes[0].addr, "/cluster/init", init)
-            .await
-            .expect("init answers");
-        cluster.wait_for_leader(None).await;
         cluster
     }
 
@@ -123,7 +129,7 @@ impl Cluster {
         self.nodes.iter().filter(|p| p.child.is_some())
     }
 
-    /// Waits until every running node names the same leader, other than
+    /// Waits until every running member names the same leader, other than
     /// `not`, and that leader calls itself leader; returns its id.
     pub async fn wait_for_leader(&self, not: Option<u64>) -> u64 {
         let start = Instant::now();
@@ -142,6 +148,14 @@ impl Cluster {
         let mut leader = None;
         for p in self.running() {
             let m = self.client.metrics(&p.addr).await.ok()?;
+            if m.membership_config
+                .membership()
+                .voter_ids()
+                .next()
+                .is_none()
+            {
+                continue; // not initialized, nor added: no member yet
+            }
             let l = m.current_leader?;
             if leader.is_some_and(|x| x != l) {
                 return None;
