@@ -34,7 +34,11 @@ async fn main() -> ExitCode {
         [flag, nodes, command @ ..] if flag == "--nodes" => (nodes, command),
         _ => return usage("--nodes is missing"),
     };
-    let client = Client::new(nodes.split(',').filter(|a| !a.is_empty()));
+    let addrs: Vec<&str> = nodes.split(',').filter(|a| !a.is_empty()).collect();
+    if addrs.is_empty() {
+        return usage("--nodes names no address");
+    }
+    let client = Client::new(addrs);
     let done = match command {
         [c, members @ ..] if c == "init" && !members.is_empty() => init(&client, members).await,
         [c, id, addr] if c == "add" => match id.parse() {
