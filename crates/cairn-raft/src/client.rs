@@ -10,13 +10,15 @@
 //! # Ok(()) }
 //! ```
 //!
-//! What a retry means: a request whose answer was lost (the connection
-//! broke, the node died, the answer timed out) is sent again, to the same
-//! or another node. A write may therefore be applied twice; `put` and
-//! `delete` of the same value are idempotent, but the `Previous` value
-//! answered for a repeated write is that of the second application. A
-//! caller that needs to know whether a write whose call failed was applied
-//! must read back (the write may still be applied after the error).
+//! What is retried: a request that did not reach a node (the connection
+//! was refused), and one a node refused without acting on it (421: not
+//! the leader); reads also when their answer was lost or the node failed
+//! them (503), as a read changes nothing. A write whose answer was lost
+//! after it was sent (the connection broke, the node died, the answer
+//! timed out) or that the leader failed (503) is not sent again: it may
+//! still be applied, now or after a leader change, and sending it again
+//! could apply it twice, after a later write of the same key. Such a call
+//! returns [`ClientError::Ambiguous`]; read back to learn the outcome.
 //!
 //! Sharing: a `Client` is `Send + Sync` and cheap to clone (clones share
 //! the connection pool and the remembered leader).
@@ -58,6 +60,10 @@ pub enum ClientError {
     /// `ATTEMPTS_MAX` attempts (no leader, nodes down or cut off). A write
     /// may or may not have been applied. `last` is the last failure seen.
     Unavailable { attempts: u32, last: String },
+    /// A write reached a node, but its outcome is unknown (the answer was
+    /// lost, or the leader failed it): it may be applied or not, now or
+    /// later. Not retried, so that it is not applied twice.
+    Ambiguous(String),
     /// The node refused the request as malformed (400): retrying will not
     /// help.
     InvalidArgument(String),
@@ -71,6 +77,7 @@ impl std::fmt::Display for ClientError {
             ClientError::Unavailable { attempts, last } => {
                 write!(f, "no leader answered after {attempts} attempts: {last}")
             }
+            ClientError::Ambiguous(e) => write!(f, "a write of unknown outcome: {e}"),
             ClientError::InvalidArgument(e) => write!(f, "invalid request: {e}"),
             ClientError::Protocol(e) => write!(f, "unreadable answer: {e}"),
         }
@@ -354,6 +361,7 @@ impl Client {
         body: Option<String>,
         json: bool,
     ) -> Attempt {
+        let read = method == Method::GET;
         let mut req = self.http.request(method, format!("http://{addr}{path}"));
         if json {
             req = req.header(reqwest::header::CONTENT_TYPE, "application/json");
@@ -363,12 +371,14 @@ impl Client {
         }
         let resp = match req.send().await {
             Ok(r) => r,
-            Err(e) => return Attempt::Retry(e.to_string()),
+            Err(e) if read || e.is_connect() => return Attempt::Retry(e.to_string()),
+            Err(e) => return Attempt::Fail(ClientError::Ambiguous(e.to_string())),
         };
         let status = resp.status();
         let text = match resp.text().await {
             Ok(t) => t,
-            Err(e) => return Attempt::Retry(e.to_string()),
+            Err(e) if read => return Attempt::Retry(e.to_string()),
+            Err(e) => return Attempt::Fail(ClientError::Ambiguous(e.to_string())),
         };
         match status {
             StatusCode::OK | StatusCode::NOT_FOUND => Attempt::Done(status, text),
@@ -384,7 +394,8 @@ impl Client {
             | StatusCode::UNSUPPORTED_MEDIA_TYPE => {
                 Attempt::Fail(ClientError::InvalidArgument(text))
             }
-            _ => Attempt::Retry(format!("{status}: {text}")),
+            _ if read => Attempt::Retry(format!("{status}: {text}")),
+            _ => Attempt::Fail(ClientError::Ambiguous(format!("{status}: {text}"))),
         }
     }
 
@@ -443,6 +454,32 @@ fn previous(body: &str) -> Result<Option<String>, ClientError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node that reads a request and closes the connection without an
+    /// answer: a put is sent once and returns `Ambiguous`.
+    #[tokio::test]
+    async fn a_write_whose_answer_is_lost_is_not_sent_again() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let addr = listener.local_addr().expect("address").to_string();
+        let server = tokio::spawn(async move {
+            let mut accepted = 0;
+            while let Ok(Ok((mut conn, _))) =
+                tokio::time::timeout(Duration::from_millis(500), listener.accept()).await
+            {
+                accepted += 1;
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+            }
+            accepted
+        });
+        let client = Client::new([addr]);
+        let put = client.put("k", "v").await;
+        assert!(matches!(put, Err(ClientError::Ambiguous(_))), "{put:?}");
+        assert_eq!(server.await.expect("server"), 1, "the put was sent again");
+    }
 
     #[test]
     fn keys_are_percent_encoded() {

@@ -34,6 +34,20 @@ async fn a_cut_off_leader_serves_no_linearizable_read_and_rejoins_after() {
             .filter(|p| p.id != old)
             .map(|p| p.addr.clone()),
     );
+    // Wait for their election first: until then they name the old leader,
+    // and a write sent there would hang and end of unknown outcome.
+    let start = Instant::now();
+    loop {
+        let m = others.metrics(&others.addrs()[0]).await.expect("metrics");
+        if m.current_leader.is_some_and(|l| l != old) {
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT_MAX,
+            "the other two elected no leader"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     others
         .put("during", "2")
         .await
