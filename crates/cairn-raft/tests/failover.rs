@@ -26,8 +26,11 @@ use cairn_raft::lincheck::{self, Kind, Op, Verdict};
 use common::{Cluster, WAIT_MAX};
 
 /// Longest a new leader may take to serve a write after the old one was
-/// killed: an election timeout (300–600 ms), perhaps a split vote, and
-/// the client's backoff.
+/// killed. A follower of openraft 0.9 that has seen a leader waits out
+/// the leader's lease (`election_timeout_max`, 600 ms here) and then an
+/// election timeout (300–600 ms) before it stands, so about 0.9–1.2 s
+/// pass before a vote; then a split vote may cost another timeout, and
+/// the client's backoff up to 100 ms.
 const FAILOVER_MAX: Duration = Duration::from_secs(5);
 /// Tasks writing a key of their own per write.
 const WRITERS: usize = 4;
