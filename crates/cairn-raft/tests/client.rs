@@ -86,6 +86,15 @@ async fn the_client_follows_the_leader_and_its_calls_answer_as_documented() {
         vec![pair("b", "4")]
     );
 
+    // A key CairnDB would refuse is refused before it reaches the log,
+    // where it would stop every node's state machine.
+    let long = "k".repeat(cairndb::limits::KEY_LEN_MAX + 1);
+    assert!(matches!(
+        client.batch(&[set("ok", "1"), set(&long, "x")]).await,
+        Err(ClientError::InvalidArgument(_))
+    ));
+    assert_eq!(client.get("ok").await.expect("get"), None);
+
     let too_many: Vec<Op> = (0..=BATCH_OPS_MAX)
         .map(|i| set(&i.to_string(), "x"))
         .collect();

@@ -162,11 +162,31 @@ async fn write(app: &App, request: Request) -> HttpResponse {
     }
 }
 
+/// Refuses a key CairnDB would refuse. Checked before the request is
+/// proposed: once in the log, a request the state machine cannot apply
+/// would stop Raft on every node (a storage error is fatal to openraft).
+fn check_key(key: &str) -> Result<(), HttpResponse> {
+    if key.len() > cairndb::limits::KEY_LEN_MAX {
+        let max = cairndb::limits::KEY_LEN_MAX;
+        return Err(bad_request(format!(
+            "a key of {} bytes, over {max}",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
 async fn set(State(app): State<Arc<App>>, Path(key): Path<String>, value: String) -> HttpResponse {
+    if let Err(refused) = check_key(&key) {
+        return refused;
+    }
     write(&app, Request::Set { key, value }).await
 }
 
 async fn delete(State(app): State<Arc<App>>, Path(key): Path<String>) -> HttpResponse {
+    if let Err(refused) = check_key(&key) {
+        return refused;
+    }
     write(&app, Request::Delete { key }).await
 }
 
@@ -174,6 +194,12 @@ async fn batch(State(app): State<Arc<App>>, Json(ops): Json<Vec<Op>>) -> HttpRes
     if ops.len() > BATCH_OPS_MAX {
         let error = format!("a batch of {} ops, over {BATCH_OPS_MAX}", ops.len());
         return bad_request(error);
+    }
+    for op in &ops {
+        let (Op::Set { key, .. } | Op::Delete { key }) = op;
+        if let Err(refused) = check_key(key) {
+            return refused;
+        }
     }
     write(&app, Request::Batch { ops }).await
 }
