@@ -20,6 +20,13 @@
 //! could apply it twice, after a later write of the same key. Such a call
 //! returns [`ClientError::Ambiguous`]; read back to learn the outcome.
 //!
+//! Why a 421 to a write is safe to retry: a node answers it when it is
+//! not the leader, before proposing anything, or (openraft 0.9,
+//! `DeleteConflictLog`) for a proposed entry its log dropped for a new
+//! leader's, which a committed entry never is. A leader that steps down
+//! with a proposal pending answers it once the entry is applied, or drops
+//! it as above.
+//!
 //! Sharing: a `Client` is `Send + Sync` and cheap to clone (clones share
 //! the connection pool and the remembered leader).
 
