@@ -13,7 +13,7 @@
 //!   recorded with call and return times across the kills, is
 //!   linearizable (`cairn_raft::lincheck`).
 //!
-//! `failover_many_rounds` (ignored: about a minute) repeats the kill.
+//! `failover_many_rounds` (ignored: about 25 s) repeats the kill ten times.
 
 mod common;
 
@@ -304,7 +304,7 @@ async fn a_restarted_node_catches_up_through_a_snapshot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "about a minute: cargo test -p cairn-raft --test failover -- --ignored --nocapture"]
+#[ignore = "about 25 s: cargo test -p cairn-raft --test failover -- --ignored --nocapture"]
 async fn failover_many_rounds() {
     failover(10, &["--snapshot-every", "200", "--logs-keep", "20"], false).await;
 }
