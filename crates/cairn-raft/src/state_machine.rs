@@ -32,7 +32,7 @@ use tokio::sync::Mutex;
 use crate::codec::{SnapshotReader, SnapshotWriter};
 use crate::error::{BadRecord, Result, blocking, io};
 use crate::log_store::{from_json, to_json};
-use crate::{NodeId, Request, Response, Shared, TypeConfig};
+use crate::{NodeId, Op, Request, Response, Shared, TypeConfig};
 
 /// `raft_meta` key of the last applied log id.
 pub(crate) const KEY_APPLIED: &[u8] = b"sm.applied";
@@ -101,6 +101,31 @@ impl StateMachine {
         }
     }
 
+    /// At most `limit` pairs applied on this node with keys from `from`
+    /// (inclusive) to `to` (exclusive; `None`: to the end), in key order.
+    /// Like [`StateMachine::get`], not linearizable by itself; the pairs
+    /// are read from one CairnDB snapshot.
+    pub fn range(
+        &self,
+        from: &str,
+        to: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>> {
+        use std::ops::Bound;
+        let hi = to.map_or(Bound::Unbounded, |t| Bound::Excluded(t.as_bytes()));
+        let mut out = Vec::new();
+        for kv in self
+            .shared
+            .kv
+            .range::<&[u8], _>((Bound::Included(from.as_bytes()), hi))
+            .take(limit)
+        {
+            let (k, v) = kv.map_err(read_sm())?;
+            out.push((utf8(k, "a key")?, utf8(v, "a value")?));
+        }
+        Ok(out)
+    }
+
     /// Every pair applied on this node, in key order; for tests and tools.
     pub fn pairs(&self) -> Result<Vec<(String, String)>> {
         let mut out = Vec::new();
@@ -118,6 +143,59 @@ impl StateMachine {
             .map_err(write_sm())
     }
 }
+
+/// Puts `key := value` (a delete if `None`) into `batch` and returns the
+/// value the key held before: the one an earlier request of the same
+/// `apply` call left (`written`), else the stored one.
+fn stage(
+    kv: &cairndb::Keyspace,
+    batch: &mut WriteBatch,
+    written: &mut HashMap<String, Option<String>>,
+    key: String,
+    value: Option<String>,
+) -> std::result::Result<Option<String>, StageError> {
+    let previous = match written.get(&key) {
+        Some(v) => v.clone(),
+        None => match kv.get(&key)? {
+            Some(v) => Some(
+                String::from_utf8(v)
+                    .map_err(|_| StageError::Record(BadRecord("a value is not UTF-8".into())))?,
+            ),
+            None => None,
+        },
+    };
+    match &value {
+        Some(v) => batch.put_in(kv, &key, v),
+        None => batch.delete_in(kv, &key),
+    }?;
+    written.insert(key, value);
+    Ok(previous)
+}
+
+/// Why staging a change failed: CairnDB refused it (a read, or a key or
+/// value over its limits), or a stored value is not UTF-8.
+#[derive(Debug)]
+enum StageError {
+    Db(cairndb::Error),
+    Record(BadRecord),
+}
+
+impl From<cairndb::Error> for StageError {
+    fn from(e: cairndb::Error) -> Self {
+        StageError::Db(e)
+    }
+}
+
+impl std::fmt::Display for StageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StageError::Db(e) => e.fmt(f),
+            StageError::Record(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for StageError {}
 
 fn applied_state(shared: &Shared) -> Result<(Option<LogId<NodeId>>, Membership)> {
     let applied: Option<LogId<NodeId>> =
@@ -234,7 +312,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut last_applied = None;
         let mut membership = None;
         for entry in entries {
-            let applying = io(move |e| StorageIOError::apply(entry.log_id, e));
+            let log_id = entry.log_id;
             let response = match entry.payload {
                 EntryPayload::Blank => Response::Ok,
                 EntryPayload::Membership(m) => {
@@ -242,24 +320,24 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     Response::Ok
                 }
                 EntryPayload::Normal(request) => {
-                    let (key, value) = match request {
-                        Request::Set { key, value } => (key, Some(value)),
-                        Request::Delete { key } => (key, None),
+                    let mut stage = |key: String, value: Option<String>| {
+                        stage(kv, &mut batch, &mut written, key, value)
+                            .map_err(|e| io(|e| StorageIOError::apply(log_id, e))(e))
                     };
-                    let previous = match written.get(&key) {
-                        Some(v) => v.clone(),
-                        None => match kv.get(&key).map_err(read_sm())? {
-                            Some(v) => Some(utf8(v, "a value")?),
-                            None => None,
-                        },
-                    };
-                    match &value {
-                        Some(v) => batch.put_in(kv, &key, v),
-                        None => batch.delete_in(kv, &key),
+                    match request {
+                        Request::Set { key, value } => Response::Previous(stage(key, Some(value))?),
+                        Request::Delete { key } => Response::Previous(stage(key, None)?),
+                        Request::Batch { ops } => {
+                            let mut previous = Vec::with_capacity(ops.len());
+                            for op in ops {
+                                previous.push(match op {
+                                    Op::Set { key, value } => stage(key, Some(value))?,
+                                    Op::Delete { key } => stage(key, None)?,
+                                });
+                            }
+                            Response::Batch(previous)
+                        }
                     }
-                    .map_err(applying)?;
-                    written.insert(key, value);
-                    Response::Previous(previous)
                 }
             };
             responses.push(response);

@@ -16,16 +16,32 @@ pub enum Request {
     Set { key: String, value: String },
     /// Removes `key` (removing a missing key is not an error).
     Delete { key: String },
+    /// Applies `ops` in order as one entry: all of them or none are in
+    /// the state machine after any crash.
+    Batch { ops: Vec<Op> },
+}
+
+/// One change of a [`Request::Batch`]. Persisted in log entries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// Sets `key` to `value`.
+    Set { key: String, value: String },
+    /// Removes `key`.
+    Delete { key: String },
 }
 
 /// What applying one entry answered. For `Set` and `Delete`, the value the
-/// key held before; blank and membership entries answer `Ok`.
+/// key held before; for `Batch`, one such value per op; blank and
+/// membership entries answer `Ok`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
     /// The key's value before the request (`None`: it had none).
     Previous(Option<String>),
     /// A blank or membership entry was applied.
     Ok,
+    /// For a `Batch`: the value each op's key held just before that op,
+    /// in the order of the ops.
+    Batch(Vec<Option<String>>),
 }
 
 openraft::declare_raft_types!(

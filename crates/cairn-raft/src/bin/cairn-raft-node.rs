@@ -1,27 +1,41 @@
 //! One node of the replicated key-value service:
 //! `cairn-raft-node --id 1 --listen 127.0.0.1:7001 --dir /var/lib/node-1`.
 //! Stops on Ctrl-C.
+//!
+//! Optional flags change the snapshot policy (tests use them to make a
+//! restarted node catch up through a snapshot): `--snapshot-every N`
+//! builds a snapshot every N applied entries (default 5000) and
+//! `--logs-keep N` keeps N entries before the last snapshot when purging
+//! (openraft's `max_in_snapshot_log_to_keep`, default 1000).
+//! `CAIRN_RAFT_DEBUG_HOOKS=1` in the environment routes the partition test
+//! hook `POST /debug/partition`.
 
 use std::process::ExitCode;
 
 use cairn_raft::service::{Node, ServiceError, config};
 
-const USAGE: &str = "usage: cairn-raft-node --id N --listen HOST:PORT --dir PATH";
+const USAGE: &str = "usage: cairn-raft-node --id N --listen HOST:PORT --dir PATH [--snapshot-every N] [--logs-keep N]";
 
 struct Args {
     id: u64,
     listen: String,
     dir: std::path::PathBuf,
+    snapshot_every: Option<u64>,
+    logs_keep: Option<u64>,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let (mut id, mut listen, mut dir) = (None, None, None);
+    let (mut snapshot_every, mut logs_keep) = (None, None);
+    let number = |flag: &str, v: &str| v.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--id" => id = Some(value.parse::<u64>().map_err(|e| format!("--id: {e}"))?),
             "--listen" => listen = Some(value),
             "--dir" => dir = Some(value.into()),
+            "--snapshot-every" => snapshot_every = Some(number(&flag, &value)?),
+            "--logs-keep" => logs_keep = Some(number(&flag, &value)?),
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -29,6 +43,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         id: id.ok_or("--id is missing")?,
         listen: listen.ok_or("--listen is missing")?,
         dir: dir.ok_or("--dir is missing")?,
+        snapshot_every,
+        logs_keep,
     })
 }
 
@@ -45,7 +61,14 @@ async fn main() -> ExitCode {
         Ok(l) => l,
         Err(e) => return fail(ServiceError::Io(e)),
     };
-    let node = match Node::start(args.id, &args.dir, listener, config()).await {
+    let mut config = config();
+    if let Some(n) = args.snapshot_every {
+        config.snapshot_policy = openraft::SnapshotPolicy::LogsSinceLast(n);
+    }
+    if let Some(n) = args.logs_keep {
+        config.max_in_snapshot_log_to_keep = n;
+    }
+    let node = match Node::start(args.id, &args.dir, listener, config).await {
         Ok(n) => n,
         Err(e) => return fail(e),
     };

@@ -2,6 +2,20 @@
 //! cluster administrator's (`/cluster/...`, `/metrics`) and Raft's own
 //! RPCs (`/raft/...`, called by `network.rs` on other nodes).
 //!
+//! Reads: `GET /kv/{key}` and `GET /kv?from=&to=&limit=` (a range:
+//! keys from `from`, inclusive, to `to`, exclusive, at most `limit` pairs,
+//! answered as a JSON array of `[key, value]`) are linearizable; with
+//! `stale=true` any node answers from its own state machine at once, which
+//! may lag the leader (a follower read).
+//!
+//! Writes: `PUT`/`DELETE /kv/{key}`, and `POST /batch` with a JSON array
+//! of [`Op`]s applied as one Raft entry.
+//!
+//! Test hook: `POST /debug/partition` with `true` or `false` cuts the node
+//! off from its peers or heals it ([`super::network`]'s `CutOff`); it is
+//! routed only when the environment variable [`DEBUG_HOOKS_ENV`] is `1`
+//! when the node starts.
+//!
 //! Answers: a write answers 200 with the JSON of its [`Response`]; a read
 //! answers 200 with the value as text, or 404; an error answers a JSON
 //! object `{"error": text, "leader": {"id", "addr"} | null}` with 421
@@ -11,7 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{get, post};
@@ -21,13 +35,42 @@ use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::{BasicNode, Raft};
 use serde::{Deserialize, Serialize};
 
-use super::network::{PATH_APPEND, PATH_SNAPSHOT, PATH_VOTE};
-use crate::{NodeId, Request, StateMachine, TypeConfig};
+use super::network::{CutOff, PATH_APPEND, PATH_SNAPSHOT, PATH_VOTE};
+use crate::{NodeId, Op, Request, StateMachine, TypeConfig};
 
 /// What the handlers share.
 pub(crate) struct App {
     pub raft: Raft<TypeConfig>,
     pub state_machine: StateMachine,
+    pub cut_off: CutOff,
+}
+
+/// The environment variable that, set to `1` when a node starts, routes
+/// the test hook `POST /debug/partition`.
+pub const DEBUG_HOOKS_ENV: &str = "CAIRN_RAFT_DEBUG_HOOKS";
+
+/// Most pairs one range read answers; a larger `limit` is cut to it.
+pub const RANGE_PAIRS_MAX: usize = 10_000;
+
+/// Most ops one `POST /batch` may carry (400 beyond).
+pub const BATCH_OPS_MAX: usize = 10_000;
+
+/// Query of `GET /kv/{key}`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ReadQuery {
+    #[serde(default)]
+    stale: bool,
+}
+
+/// Query of `GET /kv`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RangeQuery {
+    #[serde(default)]
+    from: String,
+    to: Option<String>,
+    limit: Option<usize>,
+    #[serde(default)]
+    stale: bool,
 }
 
 /// Body of `POST /cluster/add-learner`; also names the leader in an
@@ -53,16 +96,24 @@ pub struct ErrorBody {
 /// carrying a few large values, and replication would stop there.
 pub const BODY_BYTES_MAX: usize = 64 << 20;
 
-pub(crate) fn router(app: Arc<App>) -> Router {
-    Router::new()
+pub(crate) fn router(app: Arc<App>, debug_hooks: bool) -> Router {
+    let router = Router::new()
+        .route("/kv", get(range))
         .route("/kv/{key}", get(read).put(set).delete(delete))
+        .route("/batch", post(batch))
         .route("/cluster/init", post(init))
         .route("/cluster/add-learner", post(add_learner))
         .route("/cluster/change-membership", post(change_membership))
         .route("/metrics", get(metrics))
         .route(PATH_APPEND, post(raft_append))
         .route(PATH_VOTE, post(raft_vote))
-        .route(PATH_SNAPSHOT, post(raft_snapshot))
+        .route(PATH_SNAPSHOT, post(raft_snapshot));
+    let router = if debug_hooks {
+        router.route("/debug/partition", post(partition))
+    } else {
+        router
+    };
+    router
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(app)
 }
@@ -111,19 +162,71 @@ async fn write(app: &App, request: Request) -> HttpResponse {
     }
 }
 
+/// Refuses a key CairnDB would refuse. Checked before the request is
+/// proposed: once in the log, a request the state machine cannot apply
+/// would stop Raft on every node (a storage error is fatal to openraft).
+fn check_key(key: &str) -> Result<(), HttpResponse> {
+    if key.len() > cairndb::limits::KEY_LEN_MAX {
+        let max = cairndb::limits::KEY_LEN_MAX;
+        return Err(bad_request(format!(
+            "a key of {} bytes, over {max}",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
 async fn set(State(app): State<Arc<App>>, Path(key): Path<String>, value: String) -> HttpResponse {
+    if let Err(refused) = check_key(&key) {
+        return refused;
+    }
     write(&app, Request::Set { key, value }).await
 }
 
 async fn delete(State(app): State<Arc<App>>, Path(key): Path<String>) -> HttpResponse {
+    if let Err(refused) = check_key(&key) {
+        return refused;
+    }
     write(&app, Request::Delete { key }).await
+}
+
+async fn batch(State(app): State<Arc<App>>, Json(ops): Json<Vec<Op>>) -> HttpResponse {
+    if ops.len() > BATCH_OPS_MAX {
+        let error = format!("a batch of {} ops, over {BATCH_OPS_MAX}", ops.len());
+        return bad_request(error);
+    }
+    for op in &ops {
+        let (Op::Set { key, .. } | Op::Delete { key }) = op;
+        if let Err(refused) = check_key(key) {
+            return refused;
+        }
+    }
+    write(&app, Request::Batch { ops }).await
+}
+
+fn bad_request(error: String) -> HttpResponse {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(ErrorBody {
+            error,
+            leader: None,
+        }),
+    )
+        .into_response()
 }
 
 /// A linearizable read: this node confirms it is still the leader (a
 /// heartbeat round to a quorum) and waits until it has applied what was
-/// committed when the read arrived, then reads its state machine.
-async fn read(State(app): State<Arc<App>>, Path(key): Path<String>) -> HttpResponse {
-    if let Err(e) = app.raft.ensure_linearizable().await {
+/// committed when the read arrived, then reads its state machine. With
+/// `?stale=true` it reads at once, whatever its role.
+async fn read(
+    State(app): State<Arc<App>>,
+    Path(key): Path<String>,
+    Query(q): Query<ReadQuery>,
+) -> HttpResponse {
+    if !q.stale
+        && let Err(e) = app.raft.ensure_linearizable().await
+    {
         return raft_error(e);
     }
     match app.state_machine.get(&key) {
@@ -131,6 +234,33 @@ async fn read(State(app): State<Arc<App>>, Path(key): Path<String>) -> HttpRespo
         Ok(None) => StatusCode::NOT_FOUND.into_response(),
         Err(e) => error_answer(e.to_string(), None),
     }
+}
+
+/// A range read, linearizable as `read` is unless `stale`.
+async fn range(State(app): State<Arc<App>>, Query(q): Query<RangeQuery>) -> HttpResponse {
+    if !q.stale
+        && let Err(e) = app.raft.ensure_linearizable().await
+    {
+        return raft_error(e);
+    }
+    let limit = q.limit.unwrap_or(RANGE_PAIRS_MAX).min(RANGE_PAIRS_MAX);
+    match app.state_machine.range(&q.from, q.to.as_deref(), limit) {
+        Ok(pairs) => Json(pairs).into_response(),
+        Err(e) => error_answer(e.to_string(), None),
+    }
+}
+
+/// The partition test hook: `true` cuts this node off, `false` heals it.
+async fn partition(State(app): State<Arc<App>>, Json(cut): Json<bool>) -> HttpResponse {
+    app.cut_off.set(cut);
+    Json(cut).into_response()
+}
+
+/// What a node cut off by the test hook answers a peer's Raft RPC: an
+/// error the caller cannot decode as an answer, so it sees a network
+/// failure.
+fn refused() -> HttpResponse {
+    StatusCode::SERVICE_UNAVAILABLE.into_response()
 }
 
 /// Initializes a new cluster with the given members (`{"1": {"addr":
@@ -176,6 +306,9 @@ async fn raft_append(
     State(app): State<Arc<App>>,
     Json(rpc): Json<AppendEntriesRequest<TypeConfig>>,
 ) -> HttpResponse {
+    if app.cut_off.is_set() {
+        return refused();
+    }
     Json(app.raft.append_entries(rpc).await).into_response()
 }
 
@@ -183,6 +316,9 @@ async fn raft_vote(
     State(app): State<Arc<App>>,
     Json(rpc): Json<VoteRequest<NodeId>>,
 ) -> HttpResponse {
+    if app.cut_off.is_set() {
+        return refused();
+    }
     Json(app.raft.vote(rpc).await).into_response()
 }
 
@@ -190,5 +326,8 @@ async fn raft_snapshot(
     State(app): State<Arc<App>>,
     Json(rpc): Json<InstallSnapshotRequest<TypeConfig>>,
 ) -> HttpResponse {
+    if app.cut_off.is_set() {
+        return refused();
+    }
     Json(app.raft.install_snapshot(rpc).await).into_response()
 }

@@ -14,9 +14,11 @@
 //! Endpoints (`api.rs` says what each answers): `PUT`, `GET`, `DELETE`
 //! `/kv/{key}` (a `GET` is linearizable: `Raft::ensure_linearizable`
 //! first); `POST /cluster/init`, `/cluster/add-learner`,
-//! `/cluster/change-membership`; `GET /metrics`; and Raft's RPCs under
-//! `/raft/`. Writes and reads go to the leader: another node answers
-//! 421 and names the leader.
+//! `/cluster/change-membership`; `GET /metrics`; `GET /kv` (a range),
+//! `POST /batch`; and Raft's RPCs under `/raft/`. Writes and reads go to
+//! the leader: another node answers 421 and names the leader, except
+//! reads with `?stale=true`. [`crate::client::Client`] finds the leader
+//! and follows the 421s.
 
 mod api;
 mod network;
@@ -30,7 +32,10 @@ use openraft::{Config, ConfigError, Raft};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use api::{AddLearner, BODY_BYTES_MAX, ErrorBody};
+pub use api::{
+    AddLearner, BATCH_OPS_MAX, BODY_BYTES_MAX, DEBUG_HOOKS_ENV, ErrorBody, RANGE_PAIRS_MAX,
+};
+use network::CutOff;
 pub use network::{HttpConnection, HttpNetwork};
 
 use crate::{NodeId, OpenError, StateMachine, TypeConfig};
@@ -89,6 +94,7 @@ pub struct Node {
     addr: SocketAddr,
     raft: Raft<TypeConfig>,
     state_machine: StateMachine,
+    cut_off: CutOff,
     stop_server: oneshot::Sender<()>,
     server: JoinHandle<std::io::Result<()>>,
 }
@@ -117,10 +123,11 @@ impl Node {
         let config = Arc::new(config.validate().map_err(ServiceError::Config)?);
         let (log_store, state_machine) =
             crate::open(dir, cairndb::Options::default()).map_err(ServiceError::Open)?;
+        let cut_off = CutOff::default();
         let raft = Raft::new(
             id,
             config,
-            HttpNetwork::default(),
+            HttpNetwork::with_cut_off(cut_off.clone()),
             log_store,
             state_machine.clone(),
         )
@@ -129,10 +136,12 @@ impl Node {
         let app = Arc::new(api::App {
             raft: raft.clone(),
             state_machine: state_machine.clone(),
+            cut_off: cut_off.clone(),
         });
+        let debug_hooks = std::env::var(DEBUG_HOOKS_ENV).is_ok_and(|v| v == "1");
         let (stop_server, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
-            axum::serve(listener, api::router(app))
+            axum::serve(listener, api::router(app, debug_hooks))
                 .with_graceful_shutdown(async {
                     let _ = stopped.await;
                 })
@@ -143,6 +152,7 @@ impl Node {
             addr,
             raft,
             state_machine,
+            cut_off,
             stop_server,
             server,
         })
@@ -165,6 +175,13 @@ impl Node {
     /// linearizable; `GET /kv/{key}` on the leader is).
     pub fn state_machine(&self) -> &StateMachine {
         &self.state_machine
+    }
+
+    /// The partition test hook (what `POST /debug/partition` sets): while
+    /// `cut` is true the node sends no Raft RPC and refuses those it
+    /// receives, as if its links were cut; its clients still reach it.
+    pub fn set_cut_off(&self, cut: bool) {
+        self.cut_off.set(cut);
     }
 
     /// Stops the HTTP server and Raft. The store is closed once the last

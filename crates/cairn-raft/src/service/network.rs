@@ -7,6 +7,8 @@
 //! of numbers, several times their size: a limit of this first version.
 
 use std::error::Error;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use openraft::BasicNode;
 use openraft::error::{
@@ -32,6 +34,34 @@ pub(crate) const PATH_SNAPSHOT: &str = "/raft/snapshot";
 #[derive(Clone, Debug, Default)]
 pub struct HttpNetwork {
     client: reqwest::Client,
+    cut_off: CutOff,
+}
+
+/// The partition test hook: while set, every Raft RPC this node sends
+/// fails as `Unreachable` before it leaves, and every one it receives is
+/// refused (`api.rs`), as if the node's links were cut. Set only through
+/// [`super::Node::set_cut_off`] or `POST /debug/partition`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CutOff(Arc<AtomicBool>);
+
+impl CutOff {
+    pub(crate) fn set(&self, cut: bool) {
+        self.0.store(cut, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl HttpNetwork {
+    /// A network whose partition hook is `cut_off`.
+    pub(crate) fn with_cut_off(cut_off: CutOff) -> Self {
+        HttpNetwork {
+            client: reqwest::Client::new(),
+            cut_off,
+        }
+    }
 }
 
 /// The client of one target node.
@@ -40,6 +70,7 @@ pub struct HttpConnection {
     client: reqwest::Client,
     target: NodeId,
     addr: String,
+    cut_off: CutOff,
 }
 
 impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
@@ -50,6 +81,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
             client: self.client.clone(),
             target,
             addr: node.addr.clone(),
+            cut_off: self.cut_off.clone(),
         }
     }
 }
@@ -72,6 +104,10 @@ impl HttpConnection {
         Resp: DeserializeOwned,
         E: Error + DeserializeOwned,
     {
+        if self.cut_off.is_set() {
+            let e = std::io::Error::other("cut off by the partition test hook");
+            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+        }
         let url = format!("http://{}{path}", self.addr);
         let sent = self
             .client

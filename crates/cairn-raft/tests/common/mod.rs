@@ -1,0 +1,229 @@
+//! A cluster of `cairn-raft-node` child processes on loopback ports, for
+//! the failover and partition tests. Each node has a directory and a port
+//! for its whole life, so a killed node restarts on the same state and
+//! address. Children are killed when the cluster is dropped, so a failed
+//! test leaves no process behind.
+//!
+//! Ports: each is found by binding port 0 and releasing it before the
+//! child binds it again; another process could take it in between (the
+//! child then fails to start and the test says so).
+
+#![allow(dead_code, reason = "each test file uses part of the harness")]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cairn_raft::client::Client;
+use cairn_raft::service::DEBUG_HOOKS_ENV;
+
+/// Longest any condition is waited for.
+pub const WAIT_MAX: Duration = Duration::from_secs(30);
+
+pub struct Proc {
+    pub id: u64,
+    pub addr: String,
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+pub struct Cluster {
+    pub nodes: Vec<Proc>,
+    /// Extra flags every node starts with (the snapshot policy).
+    flags: Vec<String>,
+    _root: tempfile::TempDir,
+    pub client: Client,
+}
+
+fn free_port() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    l.local_addr().expect("its address").to_string()
+}
+
+impl Cluster {
+    /// Starts `n` nodes (ids 1..=n) with `flags`, initializes them as one
+    /// cluster and waits until all agree on a leader.
+    pub async fn start(n: u64, flags: &[&str]) -> Cluster {
+        let cluster = Cluster::start_uninitialized(n, flags).await;
+        let members: BTreeMap<u64, serde_json::Value> = cluster
+            .nodes
+            .iter()
+            .map(|p| (p.id, serde_json::json!({ "addr": p.addr })))
+            .collect();
+        let init = serde_json::to_string(&members).expect("json");
+        cluster
+            .client
+            .post_to(&cluster.nodes[0].addr, "/cluster/init", init)
+            .await
+            .expect("init answers");
+        cluster.wait_for_leader(None).await;
+        cluster
+    }
+
+    /// Starts `n` nodes (ids 1..=n) with `flags`, each on its own.
+    pub async fn start_uninitialized(n: u64, flags: &[&str]) -> Cluster {
+        let root = tempfile::tempdir().expect("a temporary directory");
+        let nodes: Vec<Proc> = (1..=n)
+            .map(|id| Proc {
+                id,
+                addr: free_port(),
+                dir: root.path().join(format!("node-{id}")),
+                child: None,
+            })
+            .collect();
+        let client = Client::new(nodes.iter().map(|p| p.addr.clone()));
+        let mut cluster = Cluster {
+            nodes,
+            flags: flags.iter().map(|f| f.to_string()).collect(),
+            _root: root,
+            client,
+        };
+        for id in 1..=n {
+            cluster.spawn(id).await;
+        }
+        cluster
+    }
+
+    pub fn proc(&self, id: u64) -> &Proc {
+        &self.nodes[(id - 1) as usize]
+    }
+
+    /// Starts node `id` (again) on its directory and port, and waits until
+    /// it answers.
+    pub async fn spawn(&mut self, id: u64) {
+        let flags = self.flags.clone();
+        let p = &mut self.nodes[(id - 1) as usize];
+        assert!(p.child.is_none(), "node {id} is running");
+        let log = std::fs::File::create(p.dir.with_extension("log")).expect("a log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_cairn-raft-node"))
+            .args(["--id", &id.to_string(), "--listen", &p.addr, "--dir"])
+            .arg(&p.dir)
+            .args(&flags)
+            .env(DEBUG_HOOKS_ENV, "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("the node binary starts");
+        p.child = Some(child);
+        let addr = p.addr.clone();
+        let start = Instant::now();
+        while self.client.metrics(&addr).await.is_err() {
+            assert!(
+                start.elapsed() < WAIT_MAX,
+                "node {id} did not answer on {addr}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Kills node `id` with SIGKILL (no shutdown of any kind) and reaps it.
+    pub fn kill(&mut self, id: u64) {
+        let p = &mut self.nodes[(id - 1) as usize];
+        let mut child = p.child.take().expect("node is running");
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+    }
+
+    pub fn running(&self) -> impl Iterator<Item = &Proc> {
+        self.nodes.iter().filter(|p| p.child.is_some())
+    }
+
+    /// Waits until every running member names the same leader, other than
+    /// `not`, and that leader calls itself leader; returns its id.
+    pub async fn wait_for_leader(&self, not: Option<u64>) -> u64 {
+        let start = Instant::now();
+        loop {
+            if let Some(l) = self.agreed_leader().await
+                && Some(l) != not
+            {
+                return l;
+            }
+            assert!(start.elapsed() < WAIT_MAX, "no leader for {WAIT_MAX:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn agreed_leader(&self) -> Option<u64> {
+        let mut leader = None;
+        for p in self.running() {
+            let m = self.client.metrics(&p.addr).await.ok()?;
+            if m.membership_config
+                .membership()
+                .voter_ids()
+                .next()
+                .is_none()
+            {
+                continue; // not initialized, nor added: no member yet
+            }
+            let l = m.current_leader?;
+            if leader.is_some_and(|x| x != l) {
+                return None;
+            }
+            leader = Some(l);
+        }
+        let l = leader?;
+        let m = self.client.metrics(&self.proc(l).addr).await.ok()?;
+        (m.current_leader == Some(l) && m.state.is_leader()).then_some(l)
+    }
+
+    /// Waits until every running node has applied as far as the leader has
+    /// (call it once writes have stopped).
+    pub async fn wait_caught_up(&self) {
+        let start = Instant::now();
+        loop {
+            let mut applied = Vec::new();
+            for p in self.running() {
+                let m = self.client.metrics(&p.addr).await.ok();
+                applied.push(m.and_then(|m| m.last_applied).map(|l| l.index));
+            }
+            if applied.iter().all(|a| a.is_some() && *a == applied[0]) {
+                return;
+            }
+            assert!(
+                start.elapsed() < WAIT_MAX,
+                "nodes did not catch up: applied {applied:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every pair node `id` has applied, read page by page with stale range
+    /// reads (the node alone answers, as it has applied).
+    pub async fn pairs(&self, id: u64) -> BTreeMap<String, String> {
+        let addr = &self.proc(id).addr;
+        let mut out = BTreeMap::new();
+        let mut from = String::new();
+        loop {
+            let page = self
+                .client
+                .range_stale(addr, &from, None, cairn_raft::service::RANGE_PAIRS_MAX)
+                .await
+                .expect("a stale range read");
+            let Some((last, _)) = page.last() else {
+                return out;
+            };
+            from = format!("{last}\0");
+            out.extend(page);
+        }
+    }
+
+    /// Cuts node `id` off from its peers (`true`) or heals it (`false`).
+    pub async fn partition(&self, id: u64, cut: bool) {
+        self.client
+            .post_to(&self.proc(id).addr, "/debug/partition", cut.to_string())
+            .await
+            .expect("the partition hook answers");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for p in &mut self.nodes {
+            if let Some(mut c) = p.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
