@@ -21,8 +21,8 @@ use crate::error::{Error, Result};
 use crate::format::key::{self, Kind};
 use crate::format::table::Table;
 use crate::format::vptr::ValuePtr;
-use crate::version::{TableFile, files};
 use crate::sync;
+use crate::version::{TableFile, files};
 use std::cmp::Ordering;
 use std::sync::Arc;
 
