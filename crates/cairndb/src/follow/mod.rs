@@ -111,6 +111,9 @@ struct Published {
 struct Progress {
     /// The manifest read last: its name and the bytes of intact edits.
     manifest: Option<(String, usize)>,
+    /// The manifest CURRENT named at the last read, and its length then:
+    /// if either differs now, an edit came after that read.
+    seen: Option<(String, u64)>,
     rec: Recovered,
     /// `rec.version`, as readers get it.
     version: Arc<Version>,
@@ -216,6 +219,7 @@ impl ReadOnlyDb {
             }),
             progress: Mutex::new(Progress {
                 manifest: None,
+                seen: None,
                 rec: empty_recovered(),
                 version: Arc::new(Version::default()),
                 journals: Vec::new(),
@@ -473,6 +477,30 @@ impl Shared {
         for _ in 0..RETRIES_MAX {
             match self.step(&mut p) {
                 Ok(new_version) => {
+                    // The record covers what is about to be published
+                    // before any reader can use it. An edit logged after
+                    // the manifest read may have removed a file it names
+                    // that the record did not cover until now (a file
+                    // numbered before the last counter read, added by a
+                    // later edit), and its writer may have deleted it: if
+                    // the manifest moved, read again. An edit logged after
+                    // this check comes before a deletion that sees the
+                    // record.
+                    if p.registration.is_some() {
+                        let v = Arc::downgrade(&p.version);
+                        if !p.held.iter().any(|w| w.ptr_eq(&v)) {
+                            p.held.push(v);
+                        }
+                        self.record(&mut p)?;
+                        if self.manifest_moved(&p) {
+                            why = "the manifest grew while the record was written";
+                            p.manifest = None;
+                            p.seen = None;
+                            p.journals.clear();
+                            p.last = 0;
+                            continue;
+                        }
+                    }
                     let seqno = self.publish(&mut p);
                     self.record(&mut p)?;
                     return Ok(CatchUp {
@@ -486,6 +514,7 @@ impl Shared {
                     // journals may belong to files replaced meanwhile.
                     why = w;
                     p.manifest = None;
+                    p.seen = None;
                     p.journals.clear();
                     p.last = 0;
                 }
@@ -581,6 +610,22 @@ impl Shared {
         Ok(new_version)
     }
 
+    /// True if CURRENT names another manifest than at the last read, or
+    /// that manifest's length changed (or either cannot be read).
+    fn manifest_moved(&self, p: &Progress) -> bool {
+        let (fs, dir) = (&*self.fs, &self.dir);
+        let Some((seen, len)) = &p.seen else {
+            return true;
+        };
+        let Ok(text) = crate::io::read_all(fs, &files::current(dir)) else {
+            return true;
+        };
+        if files::parse_current(&text) != Some(seen.as_str()) {
+            return true;
+        }
+        fs.open(&dir.join(seen)).map_or(true, |f| f.len() != *len)
+    }
+
     /// Reads the manifest CURRENT names if it is not the one read last
     /// or grew; returns whether it was read.
     fn read_manifest(&self, p: &mut Progress) -> std::result::Result<bool, Step> {
@@ -611,6 +656,7 @@ impl Shared {
             }
             Err(e) => return Err(Step::Fail(ctx(e))),
         };
+        p.seen = Some((name.to_string(), file.len()));
         let len = usize::try_from(file.len()).unwrap_or(usize::MAX);
         if len < from {
             return Err(Step::Retry("the manifest is shorter than read before"));
