@@ -24,6 +24,9 @@ use std::path::{Path, PathBuf};
 pub const READERS_DIR: &str = "readers";
 /// Suffix of a record file.
 const SUFFIX: &str = ".reader";
+/// Age after which an unlocked record not yet renamed into place is a
+/// dead process's: a registration creates, locks and renames it at once.
+const TMP_STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub fn readers_dir(dir: &Path) -> PathBuf {
     dir.join(READERS_DIR)
@@ -109,8 +112,19 @@ impl Holds {
             };
             match file.try_lock_shared() {
                 Ok(()) => {
-                    // Nobody holds it: its process is gone.
-                    if file.try_lock().is_ok() {
+                    // Nobody holds it: its process is gone. Or, for a file
+                    // not yet renamed into place, a follower between
+                    // creating and locking it: such a file is removed only
+                    // once it is old enough that no registration can still
+                    // be under way.
+                    let registering = !path.to_string_lossy().ends_with(SUFFIX)
+                        && file
+                            .metadata()
+                            .and_then(|m| m.modified())
+                            .ok()
+                            .and_then(|t| t.elapsed().ok())
+                            .is_none_or(|age| age < TMP_STALE_AFTER);
+                    if !registering && file.try_lock().is_ok() {
                         let _ = std::fs::remove_file(&path);
                     }
                     continue;
@@ -167,13 +181,26 @@ mod tests {
         assert!(h.held(3, false) && h.held(12, true) && h.held(25, false));
         assert!(!h.held(4, false) && !h.held(12, false) && !h.held(5, true));
         // A dead process's record (nobody holds its lock) holds nothing
-        // and is removed; so is a dead registration's temporary file.
+        // and is removed; so is a dead registration's temporary file, once
+        // old enough. A fresh unlocked one may be a registration between
+        // creating and locking it: it stays.
         let dead = readers_dir(dir).join("1.0.reader");
         std::fs::write(&dead, ReaderRecord::default().encode()).unwrap();
-        let dead_tmp = readers_dir(dir).join("1.1.tmp");
+        let fresh_tmp = readers_dir(dir).join("1.1.tmp");
+        std::fs::write(&fresh_tmp, b"").unwrap();
+        let dead_tmp = readers_dir(dir).join("1.2.tmp");
         std::fs::write(&dead_tmp, b"").unwrap();
+        let old = std::time::SystemTime::now() - TMP_STALE_AFTER * 2;
+        File::options()
+            .write(true)
+            .open(&dead_tmp)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
         assert!(!Holds::load(dir).held(4, false));
         assert!(!dead.exists() && !dead_tmp.exists());
+        assert!(fresh_tmp.exists(), "a registration under way is left alone");
+        std::fs::remove_file(&fresh_tmp).unwrap();
         // A locked record that does not decode (being rewritten) holds
         // everything; a locked temporary file (registering) nothing.
         let garbled = readers_dir(dir).join("2.0.reader");
