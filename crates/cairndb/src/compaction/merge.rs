@@ -189,6 +189,18 @@ pub(super) fn merge_into(
             current = Some(user.to_vec());
             newer_seqno = u64::MAX;
         }
+        if seqno >= newer_seqno {
+            // Two inputs hold one key at one seqno (or out of order): a
+            // damaged table whose checksums still pass.
+            return Err(Error::corruption(
+                &inner.dir,
+                0,
+                format!(
+                    "compaction inputs hold a key twice at seqno {seqno} (tables {:?})",
+                    inputs.iter().map(|f| f.number).collect::<Vec<_>>()
+                ),
+            ));
+        }
         let shadowed = !reads.reads(seqno, newer_seqno);
         let dead_tombstone = key::tag_kind(tag) == Kind::Delete as u8
             && seqno <= oldest_snapshot
