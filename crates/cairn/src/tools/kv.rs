@@ -1,7 +1,7 @@
 //! `get`, `put`, `delete`, `scan`: one key or a range, by hand; and
 //! `stats`, `verify`, `compact`: the database as a whole.
 
-use super::{Encodings, Target, ToolResult, keyspace, open, progress};
+use super::{Encodings, Target, ToolResult, keyspace, open, progress, with_keyspace};
 use cairndb::WriteOptions;
 use std::io::Write;
 use std::ops::Bound;
@@ -21,17 +21,14 @@ pub struct GetArgs {
 
 /// Prints the value (exit status 1, nothing printed, if the key is absent).
 pub fn get(a: GetArgs) -> ToolResult<bool> {
-    let db = open(&a.target.db)?;
-    let ks = keyspace(&db, &a.target.keyspace)?;
     let key = a.enc.key_encoding.decode(&a.key)?;
-    let got = ks.get(&key)?;
+    let got = with_keyspace(&a.target, |ks| Ok(ks.get(&key)?))?;
     if a.json {
         let value = got.as_deref().map(|v| a.enc.value_encoding.encode(v));
         println!("{}", serde_json::json!({ "key": a.key, "value": value }));
     } else if let Some(v) = &got {
         println!("{}", a.enc.value_encoding.encode(v));
     }
-    db.close()?;
     Ok(got.is_some())
 }
 
@@ -50,13 +47,10 @@ pub struct PutArgs {
 }
 
 pub fn put(a: PutArgs) -> ToolResult {
-    let db = open(&a.target.db)?;
-    let ks = keyspace(&db, &a.target.keyspace)?;
     let key = a.enc.key_encoding.decode(&a.key)?;
     let value = a.enc.value_encoding.decode(&a.value)?;
-    ks.put_opt(key, value, &WriteOptions { sync: !a.no_sync })?;
-    db.close()?;
-    Ok(())
+    let opts = WriteOptions { sync: !a.no_sync };
+    with_keyspace(&a.target, |ks| Ok(ks.put_opt(key, value, &opts)?))
 }
 
 #[derive(clap::Args)]
@@ -72,12 +66,9 @@ pub struct DeleteArgs {
 }
 
 pub fn delete(a: DeleteArgs) -> ToolResult {
-    let db = open(&a.target.db)?;
-    let ks = keyspace(&db, &a.target.keyspace)?;
     let key = a.enc.key_encoding.decode(&a.key)?;
-    ks.delete_opt(key, &WriteOptions { sync: !a.no_sync })?;
-    db.close()?;
-    Ok(())
+    let opts = WriteOptions { sync: !a.no_sync };
+    with_keyspace(&a.target, |ks| Ok(ks.delete_opt(key, &opts)?))
 }
 
 #[derive(clap::Args)]

@@ -65,6 +65,18 @@ pub fn keyspace(db: &Db, name: &str) -> ToolResult<Keyspace> {
     Ok(db.keyspace(name)?)
 }
 
+/// Opens `target`'s database, runs `f` on its keyspace, then closes the
+/// database (its error reported if `f` succeeded).
+pub fn with_keyspace<T>(
+    target: &Target,
+    f: impl FnOnce(&Keyspace) -> ToolResult<T>,
+) -> ToolResult<T> {
+    let db = open(&target.db)?;
+    let out = f(&keyspace(&db, &target.keyspace)?);
+    db.close()?;
+    out
+}
+
 /// A progress bar on stderr for work of `total` units, hidden when stderr
 /// is not a terminal.
 pub fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
