@@ -114,7 +114,9 @@ fn verify_table(
         &file.largest,
     )?;
     let mut cursor = table.cursor_forward(None);
-    let mut previous: Option<Vec<u8>> = None;
+    // The previous entry's internal key (empty before the first: every
+    // internal key is longer than its tag).
+    let mut previous: Vec<u8> = Vec::new();
     let mut entries = 0u64;
     while cursor.advance()? {
         entries += 1;
@@ -126,16 +128,15 @@ fn verify_table(
                 format!("entry {entries}: internal key shorter than its tag"),
             ));
         };
-        if let Some(p) = &previous
-            && key::compare(p, ikey) != Ordering::Less
-        {
+        if !previous.is_empty() && key::compare(&previous, ikey) != Ordering::Less {
             return Err(Error::corruption(
                 &path,
                 0,
                 format!("entry {entries}: keys out of order"),
             ));
         }
-        previous = Some(ikey.to_vec());
+        previous.clear();
+        previous.extend_from_slice(ikey);
         if key::tag_kind(tag) == Kind::Pointer as u8 {
             let Some(ptr) = ValuePtr::decode(cursor.value()) else {
                 report.problem(Error::corruption(
