@@ -164,6 +164,39 @@ fn run(seed: u64, case: usize, ops: usize) {
                 back.reverse();
                 front.extend(back);
                 assert_eq!(front, want, "{ctx} step {step} interleaved");
+                // Seeks on the spent iterator read its snapshot, not a
+                // write made since.
+                let (k, v) = (key(&mut rng, space), value(&mut rng));
+                db.put(&k, &v).expect("put");
+                model.insert(k, v);
+                for _ in 0..3 {
+                    let t = key(&mut rng, space);
+                    it.seek(&t);
+                    let after: Vec<_> = want
+                        .iter()
+                        .filter(|(k, _)| *k >= t)
+                        .take(5)
+                        .cloned()
+                        .collect();
+                    assert_eq!(
+                        collect(it.by_ref().take(5)),
+                        after,
+                        "{ctx} step {step} seek {t:?}"
+                    );
+                    it.seek_for_prev(&t);
+                    let before: Vec<_> = want
+                        .iter()
+                        .rev()
+                        .filter(|(k, _)| *k <= t)
+                        .take(5)
+                        .cloned()
+                        .collect();
+                    assert_eq!(
+                        collect(it.by_ref().rev().take(5)),
+                        before,
+                        "{ctx} step {step} seek_for_prev {t:?}"
+                    );
+                }
             }
             83..=85 => {
                 let p = vec![b'k', rng.random_range(0..4) as u8 + b'0'];

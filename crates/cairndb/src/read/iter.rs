@@ -50,6 +50,11 @@ pub struct Iter {
     scan: Scan,
     /// The entry `next_ref` lent out last.
     lent: Option<Entry>,
+    /// Where the front's next merge starts instead of the lower bound
+    /// (`seek`), and the back's instead of the upper bound
+    /// (`seek_for_prev`).
+    front_from: Option<Vec<u8>>,
+    back_from: Option<Vec<u8>>,
 }
 
 impl Drop for Iter {
@@ -159,12 +164,7 @@ impl Iter {
         lower: Bound<Vec<u8>>,
         upper: Bound<Vec<u8>>,
     ) -> Self {
-        // A bound longer than any key is refused as a key would be
-        // (`Db::get`): the first item from either end is the error.
-        let refused = [&lower, &upper].into_iter().find_map(|b| match b {
-            Bound::Included(k) | Bound::Excluded(k) => check_key(k).err(),
-            Bound::Unbounded => None,
-        });
+        let refused = bounds_refused(&lower, &upper);
         let mut it = Iter {
             scan: view.share.scan(),
             view,
@@ -180,6 +180,8 @@ impl Iter {
             back_ahead: Ahead::new(),
             done: false,
             lent: None,
+            front_from: None,
+            back_from: None,
         };
         if let Some(e) = refused {
             it.refuse(e);
@@ -284,10 +286,14 @@ impl Iter {
     /// The next entry from the front with a value (a put or a pointer).
     fn raw_front(&mut self) -> Result<Option<Raw>> {
         if self.front.is_none() {
-            let (start, skip) = match &self.lower {
-                Bound::Included(k) => (Some(key::seek_key(k, self.snapshot)), None),
-                Bound::Excluded(k) => (Some(key::seek_key(k, self.snapshot)), Some(k.clone())),
-                Bound::Unbounded => (None, None),
+            let from = self.front_from.take().filter(|t| !self.below_lower(t));
+            let (start, skip) = match (from, &self.lower) {
+                (Some(t), _) => (Some(key::seek_key(&t, self.snapshot)), None),
+                (None, Bound::Included(k)) => (Some(key::seek_key(k, self.snapshot)), None),
+                (None, Bound::Excluded(k)) => {
+                    (Some(key::seek_key(k, self.snapshot)), Some(k.clone()))
+                }
+                (None, Bound::Unbounded) => (None, None),
             };
             let merge = self.merge(Dir::Forward, start)?;
             self.front = Some(Front { merge, skip });
@@ -321,10 +327,12 @@ impl Iter {
     /// The next entry from the back with a value (a put or a pointer).
     fn raw_back(&mut self) -> Result<Option<Raw>> {
         if self.back.is_none() {
-            let start = match &self.upper {
-                Bound::Included(k) => Some(key::encode(k, key::make_tag(0, 0))),
-                Bound::Excluded(k) => Some(key::seek_key(k, SEQNO_MAX)),
-                Bound::Unbounded => None,
+            let from = self.back_from.take().filter(|t| !self.past_upper(t));
+            let start = match (from, &self.upper) {
+                (Some(t), _) => Some(key::encode(&t, key::make_tag(0, 0))),
+                (None, Bound::Included(k)) => Some(key::encode(k, key::make_tag(0, 0))),
+                (None, Bound::Excluded(k)) => Some(key::seek_key(k, SEQNO_MAX)),
+                (None, Bound::Unbounded) => None,
             };
             let merge = self.merge(Dir::Backward, start)?;
             self.back = Some(Back {
@@ -594,6 +602,74 @@ impl Iter {
             }
         }
     }
+
+    /// Moves the iterator so that `next` yields the first key at or after
+    /// `target` within its range (from its lower bound if `target` is
+    /// below it), at the same snapshot, and `next_back` starts again from
+    /// its upper bound. The iterator keeps its view of the memtables and
+    /// tables, so a seek costs less than a new `range` (what a
+    /// seek-heavy reader, such as a join or a secondary index lookup,
+    /// wants). A `target` longer than the key limit makes the next item
+    /// from either end an `Err`.
+    ///
+    /// ```no_run
+    /// # fn demo(db: &cairndb::Db) -> cairndb::Result<()> {
+    /// let mut iter = db.iter();
+    /// for start in [&b"apple"[..], b"kiwi", b"plum"] {
+    ///     iter.seek(start);
+    ///     let first_ten: Vec<_> = iter.by_ref().take(10).collect::<Result<_, _>>()?;
+    ///     # let _ = first_ten;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn seek(&mut self, target: impl AsRef<[u8]>) {
+        let target = target.as_ref();
+        self.restart();
+        match check_key(target) {
+            Ok(()) => self.front_from = Some(target.to_vec()),
+            Err(e) => self.refuse(e),
+        }
+    }
+
+    /// Moves the iterator so that `next_back` yields the last key at or
+    /// before `target` within its range (from its upper bound if `target`
+    /// is above it), at the same snapshot, and `next` starts again from
+    /// its lower bound. The backward twin of [`Iter::seek`].
+    pub fn seek_for_prev(&mut self, target: impl AsRef<[u8]>) {
+        let target = target.as_ref();
+        self.restart();
+        match check_key(target) {
+            Ok(()) => self.back_from = Some(target.to_vec()),
+            Err(e) => self.refuse(e),
+        }
+    }
+
+    /// Both ends as a new iterator over the same view and range has them.
+    fn restart(&mut self) {
+        self.lent = None;
+        self.front = None;
+        self.back = None;
+        self.front_last = None;
+        self.back_last = None;
+        self.front_ahead = Ahead::new();
+        self.back_ahead = Ahead::new();
+        self.front_from = None;
+        self.back_from = None;
+        self.done = false;
+        if let Some(e) = bounds_refused(&self.lower, &self.upper) {
+            self.refuse(e);
+        }
+    }
+}
+
+/// A bound longer than any key is refused as a key would be (`Db::get`):
+/// the first item from either end is then the error.
+fn bounds_refused(lower: &Bound<Vec<u8>>, upper: &Bound<Vec<u8>>) -> Option<crate::Error> {
+    [lower, upper].into_iter().find_map(|b| match b {
+        Bound::Included(k) | Bound::Excluded(k) => check_key(k).err(),
+        Bound::Unbounded => None,
+    })
 }
 
 /// Sets `last` to `key`, reusing its buffer.
