@@ -13,22 +13,23 @@
 //!    `table_seqno_max` (the newest version of each key up to it): that
 //!    is the checkpoint's seqno. Holding the `Arc<Version>` keeps every
 //!    file it names from deletion or recycling until the copy is done.
-//! 4. **Files**: tables, values files and value streams are never written
-//!    again once a version names them, so they are hard-linked
+//! 4. **Files**: tables, values files, value streams and the sealed
+//!    journals the version names (they hold separated values) are never
+//!    written again once a version names them, so they are hard-linked
 //!    (`Fs::hard_link`; copied where that fails, e.g. across file
-//!    systems). Journals the version names (they hold separated values)
-//!    are copied, never linked: once obsolete, the source recycles a
-//!    journal file by renaming it and overwriting it in place, which a
-//!    link would share. Each copy is synced.
+//!    systems, and each copy synced). A journal is the one file the
+//!    source could write again: once obsolete it may be renamed and
+//!    overwritten in place for reuse. The source checks a journal's link
+//!    count first (`Fs::link_count`) and deletes one that has another
+//!    name instead, so a checkpoint's link never sees an overwrite.
 //! 5. **Manifest**: a fresh manifest holding the version as one edit
 //!    (`write_manifest`, as a manifest rewrite does) with the checkpoint's
 //!    seqno and a journal floor above every journal copied (none is
 //!    replayed: they are value segments only), then CURRENT, durably —
 //!    the directory is a database from that sync on, not before.
 //!
-//! Cost: the memtable flush, the copies of journals still holding
-//! separated values (what settling has not moved yet), one link per other
-//! file; not the size of the database.
+//! Cost: the memtable flush and one link per file; not the size of the
+//! database.
 //!
 //! The checkpoint has the source's database identity (its tables carry
 //! it), and its own manifest and journals: it is opened like any database
@@ -45,7 +46,7 @@ use crate::write::manifest::{ManifestStart, write_manifest};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bytes a file is copied in per read and append.
 const COPY_CHUNK_BYTES: usize = 1 << 20;
@@ -63,10 +64,16 @@ pub struct Checkpoint {
     /// Files hard-linked, and their bytes (no data written).
     pub files_linked: u64,
     pub bytes_linked: u64,
-    /// Files copied (journals, and files a link failed for) and their
-    /// bytes; the manifest and CURRENT are written, not counted.
+    /// Files copied (those a link failed for) and their bytes; the
+    /// manifest and CURRENT are written, not counted.
     pub files_copied: u64,
     pub bytes_copied: u64,
+    /// Time spent moving acknowledged writes into tables (step 2: the
+    /// memtable's seal and flush, and any flush queued before it).
+    pub flush_time: Duration,
+    /// Time spent linking and copying files and writing the manifest
+    /// (steps 4 and 5).
+    pub files_time: Duration,
 }
 
 impl Db {
@@ -75,8 +82,8 @@ impl Db {
     /// The copy holds exactly the writes with seqnos up to it: every write
     /// acknowledged before this call, and none acknowledged after it
     /// returned. Unchanging files are hard-linked where `dir` is on the
-    /// same file system, so the cost is a memtable flush and the copies of
-    /// the journals still holding separated values. The directory is a
+    /// same file system, so the cost is a memtable flush and a link per
+    /// file. The directory is a
     /// database once this returns `Ok` (files, manifest, CURRENT and
     /// directory synced); after a failure or a crash before then it may
     /// hold a partial copy without CURRENT, to be deleted.
@@ -107,23 +114,23 @@ pub(crate) struct FrozenFile {
     /// The file's name (the same in a checkpoint).
     pub name: String,
     pub path: PathBuf,
-    /// A journal: the source may overwrite its file in place once it is
-    /// obsolete (recycling), so it is copied, never linked.
-    pub journal: bool,
 }
 
 impl Inner {
     pub(crate) fn checkpoint(&self, dir: &Path) -> Result<Checkpoint> {
         let fs = &*self.fs;
         prepare_dir(fs, dir)?;
+        let start = Instant::now();
         let frozen = self.freeze()?;
+        let frozen_at = Instant::now();
         let mut made = Checkpoint {
             seqno: frozen.seqno,
+            flush_time: frozen_at - start,
             ..Checkpoint::default()
         };
         for file in self.frozen_files(&frozen) {
             let to = dir.join(&file.name);
-            if !file.journal && fs.hard_link(&file.path, &to).is_ok() {
+            if fs.hard_link(&file.path, &to).is_ok() {
                 let len = fs
                     .open(&to)
                     .map_err(|e| Error::io(format!("opening {}", to.display()), e))?
@@ -134,15 +141,14 @@ impl Inner {
             }
             // A failed link may have left nothing, or (never on POSIX) a
             // name.
-            if !file.journal {
-                let _ = fs.remove(&to);
-            }
+            let _ = fs.remove(&to);
             made.bytes_copied += copy_file(fs, &file.path, &to)?;
             made.files_copied += 1;
         }
         // `write_manifest` syncs the directory after CURRENT's rename,
         // which makes the links and copies above durable with it.
         self.write_frozen_manifest(fs, dir, &frozen)?;
+        made.files_time = frozen_at.elapsed();
         Ok(made)
     }
 
@@ -153,6 +159,14 @@ impl Inner {
         self.flush_through(target)?;
         let (version, seqno) = {
             let s = self.state.read();
+            // Every journal the version names is sealed (its memtable was
+            // flushed), so none is appended to again.
+            assert!(
+                s.version.segments.values().all(|seg| {
+                    seg.file.kind() != SegmentKind::Journal || seg.file.number < s.mem.journal()
+                }),
+                "a version names only sealed journals"
+            );
             (s.version.clone(), s.table_seqno_max)
         };
         assert!(
@@ -170,7 +184,6 @@ impl Inner {
             out.push(FrozenFile {
                 name: file_name(&path),
                 path,
-                journal: false,
             });
         }
         for seg in frozen.version.segments.values() {
@@ -178,7 +191,6 @@ impl Inner {
             out.push(FrozenFile {
                 name: file_name(&path),
                 path,
-                journal: seg.file.kind() == SegmentKind::Journal,
             });
         }
         out

@@ -166,7 +166,7 @@ fn mem_opts(fs: &MemFs) -> Options {
 }
 
 #[test]
-fn a_checkpoint_keeps_keyspaces_and_copies_journals_the_source_recycles() {
+fn a_checkpoint_keeps_keyspaces_and_links_journals_the_source_never_recycles() {
     let fs = MemFs::new();
     // No background compaction: journals become free at `compact` only,
     // and the writes after it recycle them.
@@ -189,15 +189,27 @@ fn a_checkpoint_keeps_keyspaces_and_copies_journals_the_source_recycles() {
     db.drop_keyspace("gone").expect("drop");
     let made = db.checkpoint_with_stats("/ck").expect("checkpoint");
     assert!(made.files_linked > 0, "{made:?}");
-    assert!(
-        made.files_copied > 0,
-        "journals holding values are copied: {made:?}"
+    assert_eq!(
+        (made.files_copied, made.bytes_copied),
+        (0, 0),
+        "journals holding values are linked like every other file"
     );
-    assert!(made.bytes_copied > 0);
+    let journals = |dir: &str| -> Vec<String> {
+        let mut names = fs.list(Path::new(dir)).expect("list");
+        names.retain(|n| n.ends_with(".journal"));
+        names.sort();
+        names
+    };
+    let linked = journals("/ck");
+    assert!(
+        linked.len() > 1,
+        "the checkpoint holds journals: {linked:?}"
+    );
     // The source goes on: more synced values, a compaction that settles
     // every value out of the journals (they become free files), then
     // more journals, made from the free files: the journals the
-    // checkpoint copied are overwritten in place.
+    // checkpoint linked would be overwritten in place if they were
+    // reused: the source must delete them instead.
     for i in 0..600u32 {
         users
             .put_opt(format!("u{i:04}"), vec![!(i as u8); 2048], &sync)

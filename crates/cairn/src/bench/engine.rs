@@ -198,6 +198,25 @@ pub trait Engine: Send + Sync {
         let _ = dir;
         None
     }
+    /// Opens a follower of this database that catches up every `every`
+    /// on its own timer, or `None` if the adapter has none (the follower
+    /// workload then skips the engine).
+    fn follower(&self, every: std::time::Duration) -> Option<BenchResult<Box<dyn Follower>>> {
+        let _ = every;
+        None
+    }
+}
+
+/// A second handle on a database another handle writes, reading what it
+/// sees as of its last catch-up (CairnDB's `Db::open_follower`).
+pub trait Follower: Send + Sync {
+    fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>>;
+}
+
+impl Follower for cairndb::ReadOnlyDb {
+    fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+        Ok(cairndb::ReadOnlyDb::get(self, key)?)
+    }
 }
 
 /// What `Engine::checkpoint` made.
@@ -206,6 +225,10 @@ pub struct Checkpointed {
     pub seqno: u64,
     pub bytes_linked: u64,
     pub bytes_copied: u64,
+    /// Time waiting for acknowledged writes to reach tables, and time
+    /// linking and copying files (zero where the engine does not say).
+    pub flush_time: std::time::Duration,
+    pub files_time: std::time::Duration,
 }
 
 /// CairnDB variants, each an engine of its own in `--engines`:
@@ -561,6 +584,17 @@ impl Engine for CairnEngine {
     fn keyspaces(&self) -> Option<&dyn Keyspaces> {
         Some(self)
     }
+    fn follower(&self, every: std::time::Duration) -> Option<BenchResult<Box<dyn Follower>>> {
+        let opts = cairndb::Options {
+            follow_every: Some(every),
+            ..cairndb::Options::default()
+        };
+        Some(
+            cairndb::Db::open_follower(self.db.path(), opts)
+                .map(|f| Box::new(f) as Box<dyn Follower>)
+                .map_err(Into::into),
+        )
+    }
     fn checkpoint(&self, dir: &std::path::Path) -> Option<BenchResult<Checkpointed>> {
         Some(
             self.db
@@ -569,6 +603,8 @@ impl Engine for CairnEngine {
                     seqno: c.seqno,
                     bytes_linked: c.bytes_linked,
                     bytes_copied: c.bytes_copied,
+                    flush_time: c.flush_time,
+                    files_time: c.files_time,
                 })
                 .map_err(Into::into),
         )

@@ -10,7 +10,7 @@
 //! - `engine`: the `Engine` trait and adapters (CairnDB and its control
 //!   variants; peers behind cargo features).
 //! - `workloads`: dbbench, synctx, ycsb, contest, txn-scaling, keyspaces,
-//!   checkpoint.
+//!   checkpoint, follower.
 //! - `monitor`: the per-second timeline (ops, MB/s, CPU, disk, RSS).
 //! - `report`: the summary table, JSON lines, plots.
 
@@ -137,10 +137,10 @@ impl Row {
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Workloads to run, comma-separated: dbbench, synctx, ycsb,
-    /// txn-scaling, contest, keyspaces, checkpoint. Without it, the
-    /// default suite runs all but keyspaces and checkpoint, with
-    /// `contest` scaled down (1 GiB under a 512 MiB cap) so the suite takes
-    /// minutes.
+    /// txn-scaling, contest, keyspaces, checkpoint, follower. Without it,
+    /// the default suite runs all but keyspaces, checkpoint and follower,
+    /// with `contest` scaled down (1 GiB under a 512 MiB cap) so the
+    /// suite takes minutes.
     #[arg(long, value_delimiter = ',')]
     pub workloads: Option<Vec<String>>,
     /// Engines to run side by side, comma-separated: cairndb, its
@@ -239,8 +239,15 @@ pub struct BenchArgs {
     pub ks_drop_mib: u64,
     /// checkpoint: MiB of 1 KiB values in the database checkpointed
     /// while writes go on.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 4096)]
     pub ckpt_mib: u64,
+    /// follower: seconds of writes while the follower is timed.
+    #[arg(long, default_value_t = 10.0)]
+    pub follow_secs: f64,
+    /// follower: the follower's catch-up period in milliseconds
+    /// (`Options::follow_every`).
+    #[arg(long, default_value_t = 100)]
+    pub follow_every_ms: u64,
     /// Cache budget given to every engine, in MiB.
     #[arg(long, default_value_t = 64)]
     pub cache_mib: usize,
@@ -322,6 +329,7 @@ impl BenchArgs {
             self.ks_ops = self.ks_ops.min(6_000);
             self.ks_drop_mib = self.ks_drop_mib.min(8);
             self.ckpt_mib = self.ckpt_mib.min(8);
+            self.follow_secs = self.follow_secs.min(0.5);
             self.contest_keys = Some(self.contest_keys.unwrap_or(4_096).min(4_096));
             self.mem_cap_mib = Some(0);
             self.probe_mib = Some(self.probe_mib.unwrap_or(64).min(64));
@@ -489,6 +497,16 @@ pub fn run(mut args: BenchArgs) -> BenchResult<()> {
                         mib: args.ckpt_mib,
                         threads: args.threads.max(1),
                         value_len: 1024,
+                        seed: args.seed,
+                    },
+                ),
+                "follower" => workloads::follower::run(
+                    &mut ctx,
+                    &workloads::follower::Config {
+                        secs: args.follow_secs,
+                        threads: args.threads.max(1),
+                        value_len: args.value_size,
+                        every: std::time::Duration::from_millis(args.follow_every_ms),
                         seed: args.seed,
                     },
                 ),

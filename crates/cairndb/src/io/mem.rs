@@ -908,6 +908,16 @@ impl Fs for MemFs {
         Ok(())
     }
 
+    fn link_count(&self, path: &Path) -> io::Result<u64> {
+        let node = self.node(path)?;
+        let state = self.shared.state.lock();
+        Ok(state
+            .live
+            .values()
+            .filter(|n| Arc::ptr_eq(n, &node))
+            .count() as u64)
+    }
+
     fn remove(&self, path: &Path) -> io::Result<()> {
         MemFs::fail(self.begin(OpKind::Remove, path))?;
         self.node(path)?;

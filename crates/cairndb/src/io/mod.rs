@@ -292,16 +292,22 @@ pub trait Fs: Send + Sync + 'static {
     /// Makes `to` (which must not exist) a second name of the existing
     /// file `from`: both names then see one file, so this is only for
     /// files never written again (tables, values files, flushed value
-    /// streams — never a journal, which may be recycled in place). The
-    /// new name is durable only after `sync_dir` on its directory. Fails
-    /// with `CrossesDevices` between file systems; `Unsupported` by
-    /// default. Callers copy the file instead when it fails
-    /// (`Db::checkpoint`).
+    /// streams, sealed journals: a journal with a second name is never
+    /// recycled in place, see [`Fs::link_count`]). The new name is
+    /// durable only after `sync_dir` on its directory. Fails with
+    /// `CrossesDevices` between file systems; `Unsupported` by default.
+    /// Callers copy the file instead when it fails (`Db::checkpoint`).
     fn hard_link(&self, _from: &Path, _to: &Path) -> io::Result<()> {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "this file system has no hard links",
         ))
+    }
+    /// How many names the file at `path` has (1 where `hard_link` is
+    /// unsupported). A journal with more than one (a checkpoint linked
+    /// it) is deleted when obsolete, never overwritten for reuse.
+    fn link_count(&self, path: &Path) -> io::Result<u64> {
+        self.open(path).map(|_| 1)
     }
     /// Removes a file.
     fn remove(&self, path: &Path) -> io::Result<()>;

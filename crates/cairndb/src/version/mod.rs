@@ -172,6 +172,11 @@ impl Reaper {
             return false;
         }
         let from = files::journal(&self.dir, number);
+        // A second name (a checkpoint's link) would see the reuse's
+        // overwrites: such a journal is deleted instead.
+        if self.fs.link_count(&from).map_or(true, |n| n > 1) {
+            return false;
+        }
         if self
             .fs
             .rename(&from, &files::free(&self.dir, number))

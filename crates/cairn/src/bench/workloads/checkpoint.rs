@@ -105,10 +105,12 @@ pub fn run(ctx: &mut Ctx, cfg: &Config) -> BenchResult<()> {
         let secs = took.as_secs_f64().max(1e-9);
         let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
         let note = format!(
-            "checkpoint took {:.1} ms at seqno {}: {:.1} MiB linked, {:.1} MiB copied, database \
+            "checkpoint took {:.1} ms (flush {:.1} ms, files {:.1} ms) at seqno {}: {:.1} MiB linked, {:.1} MiB copied, database \
              {:.1} MiB; writes {:.0} ops/s before, {} during the call ({:.0} ops/s), {:.0} ops/s \
              after",
             secs * 1e3,
+            made.flush_time.as_secs_f64() * 1e3,
+            made.files_time.as_secs_f64() * 1e3,
             made.seqno,
             mib(made.bytes_linked),
             mib(made.bytes_copied),

@@ -10,6 +10,7 @@
 pub mod checkpoint;
 pub mod contest;
 pub mod dbbench;
+pub mod follower;
 pub mod keyspaces;
 pub mod synctx;
 pub mod txn_scaling;
