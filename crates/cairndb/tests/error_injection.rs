@@ -628,3 +628,78 @@ fn a_failed_value_stream_sync_fails_the_synced_write() {
         );
     }
 }
+
+/// A seal that makes its next journal from a free journal file and then
+/// fails to sync the directory leaves no file under that journal's
+/// number: the free file's old records would read as damage in a journal
+/// followed by a later one holding writes, and the database would not
+/// open after a crash.
+#[test]
+fn a_failed_journal_switch_leaves_no_reused_file_behind() {
+    let fs = MemFs::new();
+    let opts = cairndb::Options {
+        fs: std::sync::Arc::new(fs.clone()),
+        background_compaction: false,
+        ..cairndb::Options::default()
+    };
+    let db = Db::open(dir(), opts.clone()).expect("open");
+    let mut round = 0;
+    while db.stats().journals_free == 0 {
+        for i in 0..50 {
+            db.put(format!("r{round:02}k{i:02}"), "v").expect("put");
+        }
+        db.flush().expect("flush");
+        round += 1;
+        assert!(round < 20, "no journal was ever kept for reuse");
+    }
+    let reused = db.stats().journals_recycled;
+    fs.inject(Fault::once(OpKind::SyncDir, FaultKind::Eio));
+    db.put("before", "1").expect("put");
+    let err = db.flush().expect_err("the seal's directory sync fails");
+    assert!(err.to_string().contains("creating journal"), "{err}");
+    assert_eq!(
+        db.stats().journals_recycled,
+        reused + 1,
+        "the failed seal reused a free file: the test needs it"
+    );
+    // The next seal makes a journal; no flush moves the journals before
+    // it into tables (no room for tables), so a reopen replays them all.
+    fs.clear_faults();
+    fs.inject(Fault {
+        persistent: true,
+        path_contains: Some(".table".into()),
+        ..Fault::once(OpKind::Create, FaultKind::Enospc)
+    });
+    let sync = WriteOptions { sync: true };
+    db.put_opt("after", "2", &sync).expect("put");
+    let err = db.flush().expect_err("no room for the table");
+    assert!(err.is_no_space(), "{err}");
+    db.put_opt("last", "3", &sync).expect("put");
+    // A process crash (every byte the file system holds) and a power cut
+    // (what was synced), the handle open.
+    let images = [
+        fs.crash_image(Crash::All, 0),
+        fs.crash_image(Crash::Clean, 0),
+    ];
+    drop(db);
+    for (img, crash) in images.into_iter().zip(["process crash", "power cut"]) {
+        let opts = cairndb::Options {
+            fs: std::sync::Arc::new(img),
+            ..opts.clone()
+        };
+        let db = Db::open(dir(), opts).unwrap_or_else(|e| panic!("reopen after a {crash}: {e}"));
+        for (k, v) in [("before", "1"), ("after", "2"), ("last", "3")] {
+            assert_eq!(
+                db.get(k).expect("get").as_deref(),
+                Some(v.as_bytes()),
+                "{k} after a {crash}"
+            );
+        }
+        for r in 0..round {
+            assert_eq!(
+                db.get(format!("r{r:02}k00")).expect("get").as_deref(),
+                Some(&b"v"[..])
+            );
+        }
+    }
+}

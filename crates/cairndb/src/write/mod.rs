@@ -741,6 +741,12 @@ impl Inner {
             .and_then(|f| self.sync_dir().map(|()| f))
             .map_err(|e| {
                 let path = files::journal(&self.dir, number);
+                // The name may exist (a free file renamed to it, whose old
+                // records would read as damage before the next journal's):
+                // `number` is used by nothing else, so it goes. Its
+                // removal is durable with the next journal's directory
+                // sync, before that journal holds a write.
+                let _ = self.fs.remove(&path);
                 Error::io(format!("creating journal {}", path.display()), e)
             })?;
         let reader = new_file.reader();
