@@ -344,6 +344,11 @@ impl Db {
             open_tables,
             table_memory_bytes,
             block_cache_bytes: inner.blocks.as_ref().map_or(0, |b| b.weight()),
+            block_cache_hits: inner.blocks.as_ref().map_or(0, |b| b.hits()),
+            block_cache_misses: inner.blocks.as_ref().map_or(0, |b| b.misses()),
+            user_bytes_written: inner.counters.user_bytes.load(Ordering::Relaxed),
+            journal_bytes_written: inner.counters.journal_bytes.load(Ordering::Relaxed),
+            table_bytes_written: inner.counters.table_bytes.load(Ordering::Relaxed),
             tables_per_level: view.version.levels.iter().map(Vec::len).collect(),
             bytes_per_level: (0..view.version.levels.len())
                 .map(|l| view.version.level_bytes(l))
@@ -449,6 +454,17 @@ pub struct Stats {
     pub table_memory_bytes: usize,
     /// Bytes of blocks in the block cache.
     pub block_cache_bytes: u64,
+    /// Block cache lookups since open that found their block, and those
+    /// that read it from its table (see [`Stats::block_cache_hit_rate`]).
+    pub block_cache_hits: u64,
+    pub block_cache_misses: u64,
+    /// Bytes of the batches committed since open (keys, values and op
+    /// headers as a `WriteBatch` encodes them): the user's writes.
+    pub user_bytes_written: u64,
+    /// Bytes appended to journals and value streams since open.
+    pub journal_bytes_written: u64,
+    /// Bytes of the tables flushes and compactions wrote since open.
+    pub table_bytes_written: u64,
     pub last_seqno: u64,
     pub flushes: u64,
     pub compactions: u64,
@@ -553,6 +569,26 @@ pub struct Stats {
     /// its tables are left unsettled until the database is reopened.
     pub settle_steps: u64,
     pub settle_failures: u64,
+}
+
+impl Stats {
+    /// Bytes written to disk since open per byte the user wrote: journals
+    /// and value streams, tables from flushes and compactions, and values
+    /// moved by value GC and settling, over `user_bytes_written`. `None`
+    /// before the first write.
+    pub fn write_amplification(&self) -> Option<f64> {
+        (self.user_bytes_written > 0).then(|| {
+            (self.journal_bytes_written + self.table_bytes_written + self.value_bytes_moved) as f64
+                / self.user_bytes_written as f64
+        })
+    }
+
+    /// Share of block cache lookups since open that hit, or `None` before
+    /// the first lookup (or without a block cache).
+    pub fn block_cache_hit_rate(&self) -> Option<f64> {
+        let lookups = self.block_cache_hits + self.block_cache_misses;
+        (lookups > 0).then(|| self.block_cache_hits as f64 / lookups as f64)
+    }
 }
 
 /// A consistent read-only view of the database at one instant. Owned and

@@ -83,6 +83,11 @@ pub(crate) struct Counters {
     pub compact_calls: AtomicU64,
     /// Bytes appended to journals since open.
     pub journal_bytes: AtomicU64,
+    /// Bytes of the batches committed since open (their keys, values
+    /// and op headers, as `WriteBatch` encodes them).
+    pub user_bytes: AtomicU64,
+    /// Bytes of the tables flushes and compactions wrote since open.
+    pub table_bytes: AtomicU64,
     /// Groups committed, and the batches in them (`Stats::write_groups`).
     pub groups: AtomicU64,
     pub grouped_batches: AtomicU64,

@@ -319,3 +319,52 @@ fn nothing_is_appended_to_the_manifest_after_a_failed_write() {
     assert_eq!(db.get(b"a").expect("get").as_deref(), Some(&b"1"[..]));
     assert_eq!(db.get(b"b").expect("get").as_deref(), Some(&b"2"[..]));
 }
+
+/// `Stats` counts what the user wrote and what the engine wrote for it,
+/// and the block cache's hits and misses: the figures `cairn stats`
+/// reports as write amplification and cache hit rate.
+#[test]
+fn stats_count_bytes_written_and_block_cache_lookups() {
+    let fs = MemFs::new();
+    let db = Db::open(
+        "/db",
+        Options {
+            fs: Arc::new(fs),
+            ..Options::default()
+        },
+    )
+    .expect("open");
+    let fresh = db.stats();
+    assert_eq!(fresh.user_bytes_written, 0);
+    assert_eq!(fresh.write_amplification(), None);
+    assert_eq!(fresh.block_cache_hit_rate(), None);
+    let mut payload = 0u64;
+    for i in 0..2_000u32 {
+        let (k, v) = (format!("key{i:06}"), vec![i as u8; 100]);
+        payload += (k.len() + v.len()) as u64;
+        db.put(k, v).expect("put");
+    }
+    let written = db.stats();
+    // A batch encodes its keys and values plus a few bytes per op.
+    assert!(
+        written.user_bytes_written >= payload && written.user_bytes_written < payload * 12 / 10,
+        "user bytes {} for {payload} of keys and values",
+        written.user_bytes_written
+    );
+    assert!(written.journal_bytes_written >= written.user_bytes_written);
+    assert_eq!(written.table_bytes_written, 0, "nothing flushed yet");
+    db.flush().expect("flush");
+    db.compact().expect("compact");
+    let settled = db.stats();
+    assert!(settled.table_bytes_written > 0);
+    let wa = settled.write_amplification().expect("written");
+    assert!(wa > 1.0 && wa < 10.0, "write amplification {wa}");
+    for _ in 0..3 {
+        assert!(db.get("key000007").expect("get").is_some());
+    }
+    let read = db.stats();
+    assert!(read.block_cache_misses >= 1, "the first read missed");
+    assert!(read.block_cache_hits >= 2, "the later reads hit");
+    let rate = read.block_cache_hit_rate().expect("lookups");
+    assert!(rate > 0.0 && rate < 1.0, "hit rate {rate}");
+}

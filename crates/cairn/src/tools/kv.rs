@@ -159,8 +159,11 @@ pub struct DbArgs {
 }
 
 /// The database's shape: per level, tables and bytes; memtables; value
-/// bytes live and not yet settled; space on disk and its amplification;
-/// background work done and writers' stall time.
+/// bytes live, dead and not yet settled; space on disk and its
+/// amplification; background work done and writers' stall time. Counters
+/// "since open" (write amplification and the block cache's hit rate in
+/// `--json`, from `Db::stats`) count this tool's own open only: an
+/// application reads them from its own handle.
 pub fn stats(a: DbArgs) -> ToolResult {
     let db = open(&a.db)?;
     let s = db.stats();
@@ -173,6 +176,8 @@ pub fn stats(a: DbArgs) -> ToolResult {
         dir_bytes as f64 / live as f64
     };
     let keyspaces = db.keyspaces();
+    let value_files = value_file_bytes(&a.db)?;
+    let value_dead = value_files.saturating_sub(s.value_bytes_live);
     if a.json {
         let levels: Vec<_> = s
             .tables_per_level
@@ -192,6 +197,8 @@ pub fn stats(a: DbArgs) -> ToolResult {
             "value_bytes_live": s.value_bytes_live,
             "value_bytes_unsettled": s.value_bytes_unsettled,
             "value_segments": s.value_segments,
+            "value_file_bytes": value_files,
+            "value_bytes_dead": value_dead,
             "dir_bytes": dir_bytes,
             "space_amplification": space_amp,
             "last_seqno": s.last_seqno,
@@ -199,6 +206,13 @@ pub fn stats(a: DbArgs) -> ToolResult {
             "compactions": s.compactions,
             "stall_micros": s.stall_micros,
             "slowdown_micros": s.slowdown_micros,
+            "user_bytes_written": s.user_bytes_written,
+            "journal_bytes_written": s.journal_bytes_written,
+            "table_bytes_written": s.table_bytes_written,
+            "write_amplification": s.write_amplification(),
+            "block_cache_hits": s.block_cache_hits,
+            "block_cache_misses": s.block_cache_misses,
+            "block_cache_hit_rate": s.block_cache_hit_rate(),
             "block_cache_bytes": s.block_cache_bytes,
             "open_tables": s.open_tables,
             "table_memory_bytes": s.table_memory_bytes,
@@ -228,6 +242,9 @@ pub fn stats(a: DbArgs) -> ToolResult {
             "separated values       {} bytes live in {} segments ({} not yet in key order)",
             s.value_bytes_live, s.value_segments, s.value_bytes_unsettled
         );
+        println!(
+            "value files            {value_files} bytes ({value_dead} dead or not yet reclaimed)"
+        );
         println!("directory              {dir_bytes} bytes (space amplification {space_amp:.2})");
         println!("last seqno             {}", s.last_seqno);
         println!(
@@ -240,6 +257,34 @@ pub fn stats(a: DbArgs) -> ToolResult {
     }
     db.close()?;
     Ok(())
+}
+
+/// Bytes of the files that hold separated values: values files, value
+/// streams, and every journal but the newest (the one this open writes,
+/// pre-written ahead of its records); what of them is not live is dead
+/// or not yet reclaimed.
+fn value_file_bytes(dir: &std::path::Path) -> ToolResult<u64> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some((stem, ext)) = name.split_once('.') else {
+            continue;
+        };
+        let (Ok(number), true) = (
+            stem.parse::<u64>(),
+            matches!(ext, "values" | "stream" | "journal"),
+        ) else {
+            continue;
+        };
+        files.push((ext == "journal", number, e.metadata()?.len()));
+    }
+    let newest_journal = files.iter().filter(|f| f.0).map(|f| f.1).max();
+    Ok(files
+        .iter()
+        .filter(|f| !(f.0 && Some(f.1) == newest_journal))
+        .map(|f| f.2)
+        .sum())
 }
 
 /// Bytes of the files directly in `dir` (what the database occupies).

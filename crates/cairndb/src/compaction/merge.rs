@@ -117,6 +117,12 @@ pub(super) fn merge(
 ) -> Result<Option<Merged>> {
     let mut created = Created::default();
     let merged = merge_into(inner, v, keyspace, inputs, out_level, moving, &mut created);
+    if let Ok(Some(m)) = &merged {
+        inner.counters.table_bytes.fetch_add(
+            m.tables.iter().map(|r| r.size).sum::<u64>(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
     if !matches!(merged, Ok(Some(_))) {
         // Frees the space of the outputs written so far (the next open
         // would delete them anyway): a full device is retried later.

@@ -228,6 +228,10 @@ fn flush_oldest(inner: &Inner) -> Result<()> {
     // anyway); the memtable stays sealed for a retry.
     .inspect_err(|_| remove_created(&created))?;
     drop(version);
+    inner.counters.table_bytes.fetch_add(
+        written.records.iter().map(|r| r.size).sum::<u64>(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let flushed_max = written.max_seqno;
     let edit = Edit {
         journal: Some(floor),

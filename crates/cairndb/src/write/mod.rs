@@ -581,6 +581,10 @@ impl Inner {
             .journal_bytes
             .fetch_add(inserts.bytes, Ordering::Relaxed);
         if !inserts.items.is_empty() {
+            self.counters.user_bytes.fetch_add(
+                inserts.items.iter().map(|(p, ..)| p.rep.len() as u64).sum(),
+                Ordering::Relaxed,
+            );
             self.counters.groups.fetch_add(1, Ordering::Relaxed);
             self.counters
                 .grouped_batches
