@@ -59,7 +59,7 @@ typedef struct leveldb_writeoptions_t leveldb_writeoptions_t;
 /* Opens the database in directory `name`. Returns NULL and sets *errptr on
    failure (missing and create_if_missing unset, present and
    error_if_exists set, locked by another handle, damaged files, a
-   comparator other than the bytewise one). */
+   comparator that does not order keys bytewise). */
 leveldb_t* leveldb_open(const leveldb_options_t* options, const char* name,
                         char** errptr);
 
@@ -168,8 +168,10 @@ void leveldb_writebatch_append(leveldb_writebatch_t* destination,
 
 leveldb_options_t* leveldb_options_create(void);
 void leveldb_options_destroy(leveldb_options_t*);
-/* Only a comparator named "leveldb.BytewiseComparator" is accepted (at
-   open); CairnDB orders keys bytewise. */
+/* CairnDB orders keys bytewise: a comparator is accepted (at open) if it
+   is named "leveldb.BytewiseComparator" or orders a fixed set of probe
+   keys as bytewise order does (its compare function is called then, and
+   never after); any other is refused. */
 void leveldb_options_set_comparator(leveldb_options_t*,
                                     leveldb_comparator_t*);
 /* Accepted; CairnDB builds its own filters. */
