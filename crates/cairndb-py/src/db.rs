@@ -363,11 +363,68 @@ impl Data {
 /// compressor; `None`: none; also `'lz4'` and `'zstd'`);
 /// `bloom_filter_bits` (CairnDB always builds a table filter, a binary fuse
 /// filter, so this is ignored). `paranoid_checks` is ignored: every block
-/// is checksummed and checked when read. A custom `comparator` raises
-/// `NotImplementedError`: CairnDB orders keys bytewise.
+/// is checksummed and checked when read. CairnDB orders keys bytewise: a
+/// custom `comparator` (given with its `comparator_name`, as plyvel
+/// requires) is called at open on every pair of a fixed set of probe keys
+/// and accepted if it orders them all bytewise; any other raises
+/// `NotImplementedError` naming a pair it orders otherwise.
 #[pyclass(extends = Data, frozen, module = "cairndb", name = "DB")]
 pub struct DB {
     name: Py<PyAny>,
+}
+
+/// Keys a custom comparator orders at open: what orderings other than
+/// bytewise differ on (the empty key, NUL, prefixes, case, digits as
+/// numbers, bytes above 0x7f, reversal, length first).
+const PROBE_KEYS: &[&[u8]] = &[
+    b"", b"\x00", b"\x00\x00", b"\x01", b"0", b"1", b"10", b"2", b"9", b"A", b"B", b"Z", b"a", b"aa",
+    b"ab", b"b", b"ba", b"z", b"zz", b"\x7f", b"\x80", b"\xfe", b"\xff", b"\xff\x00", b"\xff\xff",
+];
+
+/// plyvel's rules for `comparator` and `comparator_name` (both or
+/// neither; a callable; a bytes name), then CairnDB's: the comparator
+/// must order `PROBE_KEYS` bytewise.
+fn check_comparator(
+    comparator: Option<&Bound<'_, PyAny>>,
+    name: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let (cmp, name) = match (comparator, name) {
+        (None, None) => return Ok(()),
+        (Some(c), Some(n)) => (c, n),
+        _ => {
+            return Err(PyValueError::new_err(
+                "'comparator' and 'comparator_name' must be specified together",
+            ));
+        }
+    };
+    if !cmp.is_callable() {
+        return Err(PyTypeError::new_err("'comparator' must be a callable"));
+    }
+    let name = name
+        .cast::<PyBytes>()
+        .map_err(|_| PyTypeError::new_err("'comparator_name' must be a bytestring"))?
+        .as_bytes()
+        .to_vec();
+    let py = cmp.py();
+    for a in PROBE_KEYS {
+        for b in PROBE_KEYS {
+            let got: i64 = cmp
+                .call1((PyBytes::new(py, a), PyBytes::new(py, b)))?
+                .extract()?;
+            if got.signum() != a.cmp(b) as i64 {
+                return Err(PyNotImplementedError::new_err(format!(
+                    "comparator {:?} is not supported: it orders {:?} and {:?} as {}, where bytewise \
+                     order gives {}; CairnDB orders keys bytewise only",
+                    String::from_utf8_lossy(&name),
+                    String::from_utf8_lossy(a),
+                    String::from_utf8_lossy(b),
+                    got.signum(),
+                    a.cmp(b) as i64,
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn compression_of(c: Option<&Bound<'_, PyAny>>) -> PyResult<Compression> {
@@ -416,12 +473,10 @@ impl DB {
         comparator_name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyClassInitializer<Self>> {
         let _ = (paranoid_checks, bloom_filter_bits);
-        if comparator.is_some_and(|c| !c.is_none()) || comparator_name.is_some_and(|c| !c.is_none())
-        {
-            return Err(PyNotImplementedError::new_err(
-                "custom comparators are not supported: CairnDB orders keys bytewise",
-            ));
-        }
+        check_comparator(
+            comparator.filter(|c| !c.is_none()),
+            comparator_name.filter(|c| !c.is_none()),
+        )?;
         let path: std::path::PathBuf = py
             .import("os")?
             .call_method1("fsdecode", (name,))?

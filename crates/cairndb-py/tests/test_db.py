@@ -95,6 +95,32 @@ def test_custom_comparator_is_refused(mod, tmp_path):
             comparator=lambda a, b: 0,
             comparator_name=b"Nope",
         )
+    with pytest.raises(NotImplementedError, match="bytewise"):
+        mod.DB(
+            str(tmp_path / "db"),
+            create_if_missing=True,
+            comparator=lambda a, b: (a.lower() > b.lower()) - (a.lower() < b.lower()),
+            comparator_name=b"CaseInsensitive",
+        )
+
+
+def test_a_comparator_needs_its_name(mod, tmp_path):
+    with pytest.raises(ValueError):
+        mod.DB(str(tmp_path / "db"), comparator=None, comparator_name=b"invalid")
+
+
+@cairndb_only
+def test_a_bytewise_comparator_under_any_name_is_accepted(mod, tmp_path):
+    db = mod.DB(
+        str(tmp_path / "db"),
+        create_if_missing=True,
+        comparator=lambda a, b: (a > b) - (a < b),
+        comparator_name=b"MyBytewise",
+    )
+    db.put(b"b", b"2")
+    db.put(b"a", b"1")
+    assert list(db) == [(b"a", b"1"), (b"b", b"2")]
+    db.close()
 
 
 def test_second_handle_is_refused(mod, tmp_path):
@@ -140,6 +166,7 @@ def test_version_strings(mod):
     assert isinstance(mod.__version__, str)
     assert isinstance(mod.__leveldb_version__, str)
     assert mod.__leveldb_version__.count(".") == 1
+    assert mod.__leveldb_version__.startswith("1.")
 
 
 def test_get_property(db):

@@ -28,9 +28,11 @@ from ._cairndb import (  # noqa: F401
     repair_db,
 )
 
-#: plyvel reports the LevelDB library version here ('major.minor'); CairnDB
-#: is not LevelDB, so this is the CairnDB engine's version in that form.
-__leveldb_version__ = ".".join(__version__.split(".")[:2])
+#: plyvel reports the LevelDB library version here ('major.minor'); this is
+#: the version of LevelDB's API the binding follows (the C library's
+#: `leveldb_major_version`/`leveldb_minor_version` report the same).
+__leveldb_version__ = "1.23"
+
 
 __all__ = [
     "DB",
