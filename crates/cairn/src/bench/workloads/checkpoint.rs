@@ -14,7 +14,7 @@
 //!
 //! Engines whose adapter has no checkpoint get one SKIP row.
 
-use super::{Ctx, Outcome, Rng, make_key, make_value};
+use super::{Ctx, Outcome, WriterLoad, make_key, make_value, spawn_writers};
 use crate::bench::BenchResult;
 use crate::bench::engine::BatchOp;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,26 +68,20 @@ pub fn run(ctx: &mut Ctx, cfg: &Config) -> BenchResult<()> {
         let db_bytes = crate::bench::monitor::dir_bytes(&dir);
         let stop = AtomicBool::new(false);
         let written = AtomicU64::new(0);
+        let write = |batch: &[BatchOp]| db.write_batch(batch, false);
         let (took, made, counts) = std::thread::scope(|s| -> BenchResult<_> {
-            let writers: Vec<_> = (0..cfg.threads.max(1))
-                .map(|t| {
-                    let (stop, written, db) = (&stop, &written, &db);
-                    s.spawn(move || -> BenchResult<()> {
-                        let mut rng = Rng::new(cfg.seed ^ 0xc4 ^ t as u64);
-                        while !stop.load(Ordering::Relaxed) {
-                            let batch: Vec<BatchOp> = (0..BATCH)
-                                .map(|_| {
-                                    let k = values + rng.below(1 << 40);
-                                    (make_key(k, KEY_LEN), Some(make_value(k, 0, cfg.value_len)))
-                                })
-                                .collect();
-                            db.write_batch(&batch, false)?;
-                            written.fetch_add(BATCH, Ordering::Relaxed);
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
+            let writers = spawn_writers(
+                s,
+                &WriterLoad {
+                    threads: cfg.threads,
+                    seed: cfg.seed ^ 0xc4,
+                    key_base: values,
+                    value_len: cfg.value_len,
+                },
+                &stop,
+                &written,
+                &write,
+            );
             std::thread::sleep(WINDOW);
             let w0 = written.load(Ordering::Relaxed);
             let start = Instant::now();

@@ -2,8 +2,8 @@
 //! writer writes, catching up on a timer) takes to see an acknowledged
 //! write, under a steady write load (issue 38: p99 under 1 s).
 //!
-//! In one phase, `threads` writers commit unsynced batches of `BATCH`
-//! new keys without pause, and one marker thread commits a synced put of
+//! In one phase, `threads` writers commit unsynced batches of new keys
+//! without pause (`spawn_writers`), and one marker thread commits a synced put of
 //! a counter under one key every `MARK_EVERY`, noting when each put was
 //! acknowledged. A follower opened on the same directory catches up
 //! every `every` (its own timer); a poller reads the marker key through
@@ -19,7 +19,7 @@
 //!
 //! Engines whose adapter has no follower get one SKIP row.
 
-use super::{Ctx, Outcome, Rng, make_key, make_value};
+use super::{Ctx, Outcome, WriterLoad, spawn_writers};
 use crate::bench::BenchResult;
 use crate::bench::engine::BatchOp;
 use std::sync::Mutex;
@@ -27,9 +27,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const WORKLOAD: &str = "follower";
-const KEY_LEN: usize = 16;
-/// Puts per committed batch of the writers.
-const BATCH: u64 = 16;
 /// Time between two synced marker puts.
 const MARK_EVERY: Duration = Duration::from_millis(10);
 /// Time between two reads of the marker through the follower.
@@ -67,29 +64,23 @@ pub fn run(ctx: &mut Ctx, cfg: &Config) -> BenchResult<()> {
     ctx.phase(WORKLOAD, &phase, "ops/s", None, |db, _| {
         let stop = AtomicBool::new(false);
         let written = AtomicU64::new(0);
+        let write = |batch: &[BatchOp]| db.write_batch(batch, false);
         // acked[c - 1]: when marker c was acknowledged.
         let acked: Mutex<Vec<Instant>> = Mutex::new(Vec::new());
         let run_for = Duration::from_secs_f64(cfg.secs.max(0.0));
         let (seen, failure, writes) = std::thread::scope(|s| -> BenchResult<_> {
-            let writers: Vec<_> = (0..cfg.threads.max(1))
-                .map(|t| {
-                    let (stop, written, db) = (&stop, &written, &db);
-                    s.spawn(move || -> BenchResult<()> {
-                        let mut rng = Rng::new(cfg.seed ^ 0xf0 ^ t as u64);
-                        while !stop.load(Ordering::Relaxed) {
-                            let batch: Vec<BatchOp> = (0..BATCH)
-                                .map(|_| {
-                                    let k = rng.below(1 << 40);
-                                    (make_key(k, KEY_LEN), Some(make_value(k, 0, cfg.value_len)))
-                                })
-                                .collect();
-                            db.write_batch(&batch, false)?;
-                            written.fetch_add(BATCH, Ordering::Relaxed);
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
+            let writers = spawn_writers(
+                s,
+                &WriterLoad {
+                    threads: cfg.threads,
+                    seed: cfg.seed ^ 0xf0,
+                    key_base: 0,
+                    value_len: cfg.value_len,
+                },
+                &stop,
+                &written,
+                &write,
+            );
             let marker = {
                 let (stop, acked, db) = (&stop, &acked, &db);
                 s.spawn(move || -> BenchResult<u64> {

@@ -22,7 +22,7 @@
 //!
 //! Engines whose adapter has no keyspaces get one SKIP row.
 
-use super::{Ctx, Outcome, Rng, check_value, make_key, make_value};
+use super::{Ctx, Outcome, Rng, WriterLoad, check_value, make_key, make_value, spawn_writers};
 use crate::bench::engine::{BatchOp, Engine};
 use crate::bench::{BenchResult, Row};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -233,26 +233,20 @@ fn drop_while_writing(ctx: &mut Ctx, cfg: &Config) -> BenchResult<()> {
         let before_bytes = crate::bench::monitor::dir_bytes(&dir);
         let stop = AtomicBool::new(false);
         let written = AtomicU64::new(0);
+        let write = |batch: &[BatchOp]| spaces.write_in(other, batch, false);
         let (took, counts) = std::thread::scope(|s| -> BenchResult<(Duration, [u64; 3])> {
-            let writers: Vec<_> = (0..cfg.threads.max(1))
-                .map(|t| {
-                    let (stop, written) = (&stop, &written);
-                    s.spawn(move || -> BenchResult<()> {
-                        let mut rng = Rng::new(cfg.seed ^ 0xd0 ^ t as u64);
-                        while !stop.load(Ordering::Relaxed) {
-                            let batch: Vec<BatchOp> = (0..BATCH)
-                                .map(|_| {
-                                    let k = rng.below(1 << 40);
-                                    (make_key(k, KEY_LEN), Some(make_value(k, 0, cfg.value_len)))
-                                })
-                                .collect();
-                            spaces.write_in(other, &batch, false)?;
-                            written.fetch_add(BATCH, Ordering::Relaxed);
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
+            let writers = spawn_writers(
+                s,
+                &WriterLoad {
+                    threads: cfg.threads,
+                    seed: cfg.seed ^ 0xd0,
+                    key_base: 0,
+                    value_len: cfg.value_len,
+                },
+                &stop,
+                &written,
+                &write,
+            );
             let window = Duration::from_millis(500);
             std::thread::sleep(window);
             let w0 = written.load(Ordering::Relaxed);

@@ -391,6 +391,56 @@ impl Drop for Ctx {
     }
 }
 
+/// Puts per batch of `spawn_writers`' writers.
+pub const WRITER_BATCH: u64 = 16;
+
+/// The writes `spawn_writers` makes.
+pub struct WriterLoad {
+    pub threads: usize,
+    pub seed: u64,
+    /// Lowest key index written.
+    pub key_base: u64,
+    pub value_len: usize,
+}
+
+/// Writers for a phase that times one call while writes go on:
+/// `load.threads` threads, each committing unsynced batches of
+/// `WRITER_BATCH` puts of random new keys (16 bytes, index at or above
+/// `key_base`) with `value_len`-byte values through `write` until `stop`
+/// is set, adding the puts to `written`.
+pub fn spawn_writers<'scope, 'env>(
+    s: &'scope std::thread::Scope<'scope, 'env>,
+    load: &WriterLoad,
+    stop: &'env AtomicBool,
+    written: &'env std::sync::atomic::AtomicU64,
+    write: &'env (dyn Fn(&[engine::BatchOp]) -> BenchResult<()> + Sync),
+) -> Vec<std::thread::ScopedJoinHandle<'scope, BenchResult<()>>> {
+    let &WriterLoad {
+        threads,
+        seed,
+        key_base,
+        value_len,
+    } = load;
+    (0..threads.max(1))
+        .map(|t| {
+            s.spawn(move || -> BenchResult<()> {
+                let mut rng = Rng::new(seed ^ t as u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let batch: Vec<engine::BatchOp> = (0..WRITER_BATCH)
+                        .map(|_| {
+                            let k = key_base + rng.below(1 << 40);
+                            (make_key(k, 16), Some(make_value(k, 0, value_len)))
+                        })
+                        .collect();
+                    write(&batch)?;
+                    written.fetch_add(WRITER_BATCH, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+        })
+        .collect()
+}
+
 /// Key `i` as a fixed-width big-endian integer padded to `len` bytes, so
 /// key order is index order.
 pub fn make_key(i: u64, len: usize) -> Vec<u8> {
