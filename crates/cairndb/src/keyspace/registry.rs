@@ -154,6 +154,7 @@ pub(crate) fn table_options(
         block_size: k.options.block_bytes,
         filter: k.options.filter,
         compression: k.options.compression,
+        keyspace: Some(k.clone()),
         ..base.clone()
     })
 }

@@ -107,6 +107,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
         filter: opts.filter,
         compression: opts.compression,
         db_id,
+        keyspace: None,
     };
     let next_file = AtomicU64::new(listing.next_file(&rec)?);
     let new_number = || next_file.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
