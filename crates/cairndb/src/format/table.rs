@@ -849,19 +849,16 @@ impl Table {
     }
 
     /// Number of entries.
-    #[cfg(test)]
     pub fn entries(&self) -> u64 {
         self.props.entries
     }
 
     /// Smallest internal key (empty for an empty table).
-    #[cfg(test)]
     pub fn smallest(&self) -> &[u8] {
         &self.props.smallest
     }
 
     /// Largest internal key (empty for an empty table).
-    #[cfg(test)]
     pub fn largest(&self) -> &[u8] {
         &self.props.largest
     }
