@@ -276,7 +276,7 @@ fn rebuild(
         })
         .collect();
     numbers.sort_unstable();
-    let db_id = identity(fs, dir, &numbers, salvaged.as_ref());
+    let (db_id, salvaged) = identity(fs, dir, &numbers, salvaged, report);
     report.db_id = db_id;
 
     // Step 3: every table, read whole.
@@ -581,12 +581,17 @@ fn salvage_manifest(
     None
 }
 
-/// The database's identity: the salvaged manifest's, else the one most
-/// tables were written by, else a new one.
-fn identity(fs: &dyn Fs, dir: &Path, tables: &[u64], salvaged: Option<&Recovered>) -> u64 {
-    if let Some(id) = salvaged.and_then(|r| r.db_id) {
-        return id;
-    }
+/// The database's identity: the one most tables were written by, else
+/// the salvaged manifest's, else a new one. A salvaged manifest of
+/// another identity than most tables' is another database's (a file
+/// copied over this one's): it is not used.
+fn identity(
+    fs: &dyn Fs,
+    dir: &Path,
+    tables: &[u64],
+    salvaged: Option<Recovered>,
+    report: &mut RepairReport,
+) -> (u64, Option<Recovered>) {
     let mut votes: BTreeMap<u64, u64> = BTreeMap::new();
     for &n in tables {
         let path = files::table(dir, n);
@@ -598,10 +603,26 @@ fn identity(fs: &dyn Fs, dir: &Path, tables: &[u64], salvaged: Option<&Recovered
             *votes.entry(id).or_default() += 1;
         }
     }
-    votes
-        .into_iter()
+    let manifest_id = salvaged.as_ref().and_then(|r| r.db_id);
+    let tables_id = votes
+        .iter()
         .max_by_key(|&(id, count)| (count, std::cmp::Reverse(id)))
-        .map_or_else(|| fs.new_db_id(), |(id, _)| id)
+        .map(|(&id, &count)| (id, count));
+    match (manifest_id, tables_id) {
+        (Some(m), Some((t, count))) if m != t && votes.get(&m).copied().unwrap_or(0) < count => {
+            report.notes.push(format!(
+                "the manifest names identity {m:#x}, most tables {t:#x}: the manifest is another database's and was not used"
+            ));
+            if let Some(ms) = &mut report.manifest {
+                ms.damaged_at = Some((0, "another database's manifest".to_owned()));
+                ms.edits = 0;
+            }
+            (t, None)
+        }
+        (Some(m), _) => (m, salvaged),
+        (None, Some((t, _))) => (t, salvaged),
+        (None, None) => (fs.new_db_id(), salvaged),
+    }
 }
 
 /// An intact table, as read whole.
