@@ -148,15 +148,11 @@ pub struct JournalReplay {
 }
 
 impl RepairReport {
-    /// True if nothing was lost or set aside.
-    pub fn is_clean(&self) -> bool {
-        self.tables_lost.is_empty()
-            && self.tables_missing.is_empty()
-            && self.bytes_lost == 0
-            && self
-                .manifest
-                .as_ref()
-                .is_some_and(|m| m.damaged_at.is_none())
+    /// True if no data was lost: no table moved aside or missing, no
+    /// journal bytes past its intact records. (A lost manifest whose
+    /// tables and journals were all intact loses nothing.)
+    pub fn lost_nothing(&self) -> bool {
+        self.tables_lost.is_empty() && self.tables_missing.is_empty() && self.bytes_lost == 0
     }
 }
 
