@@ -245,7 +245,14 @@ pub(crate) fn repair(dir: &Path, opts: &Options) -> Result<RepairReport> {
     };
     // Open what was written: garbage goes, and a repair that left
     // something unopenable says so now.
-    let db = crate::Db::open(dir, opts.clone())?;
+    let db = crate::Db::open(
+        dir,
+        Options {
+            create_if_missing: false,
+            error_if_exists: false,
+            ..opts.clone()
+        },
+    )?;
     if compact {
         db.compact()?;
         report.compacted = true;
