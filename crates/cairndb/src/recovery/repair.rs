@@ -845,7 +845,7 @@ fn duplicates(
             {
                 continue;
             }
-            if share_entry(fs, dir, a.number, b.number)? {
+            if share_entry(fs, dir, a, b)? {
                 let (loser, winner) = if named.contains_key(&a.number) {
                     (b, a)
                 } else if named.contains_key(&b.number) {
@@ -867,8 +867,8 @@ fn duplicates(
 }
 
 /// True if tables `a` and `b` (both read intact before) hold one
-/// internal key in common.
-fn share_entry(fs: &dyn Fs, dir: &Path, a: u64, b: u64) -> Result<bool> {
+/// internal key in common. Only the user-key range both cover is read.
+fn share_entry(fs: &dyn Fs, dir: &Path, a: &Found, b: &Found) -> Result<bool> {
     let open = |n: u64| -> Result<Arc<Table>> {
         let path = files::table(dir, n);
         let file = fs
@@ -876,10 +876,19 @@ fn share_entry(fs: &dyn Fs, dir: &Path, a: u64, b: u64) -> Result<bool> {
             .map_err(|e| Error::io(format!("opening table {}", path.display()), e))?;
         Ok(Arc::new(Table::open(file, path, n, None)?))
     };
-    let (ta, tb) = (open(a)?, open(b)?);
-    let (mut ca, mut cb) = (ta.cursor_forward(None), tb.cursor_forward(None));
+    let (ta, tb) = (open(a.number)?, open(b.number)?);
+    let from = key::user_key(&a.smallest).max(key::user_key(&b.smallest));
+    let to = key::user_key(&a.largest).min(key::user_key(&b.largest));
+    let from = key::seek_key(from, SEQNO_MAX);
+    let (mut ca, mut cb) = (
+        ta.cursor_forward(Some(&from)),
+        tb.cursor_forward(Some(&from)),
+    );
     let (mut more_a, mut more_b) = (ca.advance()?, cb.advance()?);
     while more_a && more_b {
+        if key::user_key(ca.key()) > to || key::user_key(cb.key()) > to {
+            break;
+        }
         match key::compare(ca.key(), cb.key()) {
             Ordering::Less => more_a = ca.advance()?,
             Ordering::Greater => more_b = cb.advance()?,
