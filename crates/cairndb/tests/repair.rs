@@ -518,3 +518,59 @@ fn a_compactions_inputs_beside_its_outputs_are_not_both_kept() {
         db.close().expect("close");
     }
 }
+
+/// A journal damaged in its middle: the records before the damage are
+/// replayed, the journal is copied into `lost/` and the bytes from the
+/// damage on are reported lost. A torn tail of the newest journal (an
+/// interrupted append) is not a loss.
+#[test]
+fn a_damaged_journal_is_replayed_up_to_its_damage() {
+    let (image, model) = canonical();
+    let journal = image
+        .iter()
+        .filter(|(n, b)| n.ends_with(".journal") && !b.is_empty())
+        .map(|(n, _)| n.clone())
+        .next_back()
+        .expect("a journal with records");
+    // A torn tail: half a record appended.
+    let fs = restore(&image, Path::new(DIR));
+    let mut torn = image[&journal].clone();
+    torn.extend_from_slice(&image[&journal][..40]);
+    write(&fs, &journal, &torn);
+    let report = Db::repair(DIR, &opts(&fs)).expect("repair");
+    assert!(report.lost_nothing(), "{report}");
+    assert!(
+        report.journals.iter().any(|j| j.torn_tail == 40),
+        "{report}"
+    );
+    check(&fs, &model, "torn journal tail");
+    // Damage in the middle.
+    let fs = restore(&image, Path::new(DIR));
+    let mut bytes = image[&journal].clone();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x10;
+    write(&fs, &journal, &bytes);
+    let report = Db::repair(DIR, &opts(&fs)).expect("repair");
+    println!("{report}");
+    let j = report
+        .journals
+        .iter()
+        .find(|j| format!("{:06}.journal", j.number) == journal)
+        .expect("the journal in the report");
+    let lost_at = j.lost_at.expect("damage found") as usize;
+    assert!(lost_at <= at && j.batches_replayed > 0, "{report}");
+    assert_eq!(j.bytes_lost, (bytes.len() - lost_at) as u64);
+    assert!(!report.lost_nothing());
+    assert_eq!(
+        read(&fs, &format!("lost/{journal}")),
+        bytes,
+        "kept in lost/"
+    );
+    let db = Db::open(DIR, opts(&fs)).expect("open");
+    // The writes before the journal (in tables) and its first batches.
+    for i in 0..680u32 {
+        assert_eq!(db.get(key(i)).expect("get"), model.get(&key(i)).cloned());
+    }
+    assert_eq!(db.get(key(680)).expect("get"), Some(value(680, 3)));
+    assert!(db.verify().expect("verify").is_ok());
+}

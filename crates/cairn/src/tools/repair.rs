@@ -73,6 +73,7 @@ pub fn repair(a: RepairArgs) -> ToolResult<bool> {
                     "ops_replayed": j.ops_replayed,
                     "lost_at": j.lost_at,
                     "bytes_lost": j.bytes_lost,
+                    "torn_tail": j.torn_tail,
                     "note": j.note,
                 })
             })

@@ -139,10 +139,18 @@ pub struct JournalReplay {
     pub records: u64,
     pub batches_replayed: u64,
     pub ops_replayed: u64,
-    /// Where its intact records end, if before the end of the file, and
-    /// the bytes from there on (a torn tail after a crash, or damage).
+    /// Where replay stopped short of the end of the file for damage, and
+    /// the bytes from there on: a damaged record (followed by intact
+    /// ones), an unreadable end of a journal a later journal follows
+    /// (sealed journals end in an intact record), or a batch that could
+    /// not be replayed. The journal is copied into `lost/`.
     pub lost_at: Option<u64>,
     pub bytes_lost: u64,
+    /// Bytes after the last intact record of the newest journal holding
+    /// records (or a whole later journal holding none): the torn tail of
+    /// an interrupted append, writes never acknowledged as synced, or
+    /// space not yet written. Not counted as lost, as `open` does not.
+    pub torn_tail: u64,
     /// Set if the replay stopped early for another reason.
     pub note: Option<String>,
 }
@@ -203,7 +211,10 @@ impl fmt::Display for RepairReport {
                 j.number, j.records, j.batches_replayed, j.ops_replayed
             )?;
             if let Some(at) = j.lost_at {
-                write!(f, "; {} bytes from offset {at} not intact", j.bytes_lost)?;
+                write!(f, "; {} bytes from offset {at} lost", j.bytes_lost)?;
+            }
+            if j.torn_tail > 0 {
+                write!(f, "; torn tail of {} bytes", j.torn_tail)?;
             }
             if let Some(n) = &j.note {
                 write!(f, "; {n}")?;
@@ -945,18 +956,34 @@ fn replay_journals(
     let opts_for = |keyspace| table_options(base, &keyspaces, keyspace);
     let mut mem = Memtable::new(0);
     let mut streams = StreamFiles::default();
+    // Only the newest journal holding a record may end torn: a journal
+    // is trimmed and synced whole when the next one starts.
+    let newest = read
+        .iter()
+        .filter(|(_, data, framing)| {
+            !log::scan_framed(data, *framing, |_, _, _| false)
+                .records
+                .is_empty()
+        })
+        .map(|&(n, _, _)| n)
+        .max()
+        .unwrap_or(0);
     for (n, data, framing) in read {
         let path = files::journal(dir, n);
-        let scan = log::scan_framed(&data, framing, |_, _, _| false);
+        // Any intact record after damage makes it damage, not a tail.
+        let scan = log::scan_framed(&data, framing, |_, _, _| true);
         let mut j = JournalReplay {
             number: n,
             bytes: data.len() as u64,
             records: scan.records.len() as u64,
             ..JournalReplay::default()
         };
-        if let Tail::Torn { offset } | Tail::Damaged { offset } = scan.tail {
-            j.lost_at = Some(offset);
-            j.bytes_lost = (data.len() as u64).saturating_sub(offset);
+        match scan.tail {
+            Tail::Clean => {}
+            Tail::Torn { offset } if n >= newest => {
+                j.torn_tail = (data.len() as u64).saturating_sub(offset);
+            }
+            Tail::Torn { offset } | Tail::Damaged { offset } => j.lost_at = Some(offset),
         }
         let rule = Separate {
             rule: separation.clone(),
@@ -1025,8 +1052,19 @@ fn replay_journals(
         if let Some(at) = j.lost_at {
             j.bytes_lost = (data.len() as u64).saturating_sub(at);
             report.bytes_lost += j.bytes_lost;
-            if j.bytes_lost > 0 {
-                copy_aside(fs, dir, &path)?;
+        }
+        // A journal with bytes repair could not use is kept in `lost/`,
+        // also one with no intact record at all unless it is all zeros
+        // (a journal of another database, or of this one whose identity
+        // no manifest or table gave: its framing is seeded with it).
+        let unreadable = j.records == 0 && data.iter().any(|&b| b != 0);
+        if j.bytes_lost > 0 || unreadable {
+            let to = copy_aside(fs, dir, &path)?;
+            if unreadable && j.note.is_none() {
+                j.note = Some(format!(
+                    "no intact record (another database's, or damaged from its start); copied to {}",
+                    to.display()
+                ));
             }
         }
         report.journals.push(j);
