@@ -297,7 +297,7 @@ fn rebuild(
     let mut found: Vec<Found> = Vec::new();
     let mut lost: Vec<(u64, String, BTreeMap<u64, u64>)> = Vec::new();
     for &n in &numbers {
-        match check_table(fs, dir, n, db_id) {
+        match check_table(fs, dir, n, db_id)? {
             Ok(t) => found.push(t),
             Err((e, segments)) => lost.push((n, e, segments)),
         }
@@ -655,16 +655,19 @@ struct Found {
     segments: BTreeMap<u64, u64>,
 }
 
-/// Step 3 for one table: `Err((reason, segments it points into as far
-/// as it was read))` if it is not intact or not this database's.
+/// Step 3 for one table: `Ok(Err((reason, segments it points into as
+/// far as it was read)))` if it is not intact or not this database's. A
+/// failed read is an `Io` error that ends the repair: a table is moved
+/// aside for what its bytes say, never for a device's failure.
+#[allow(clippy::type_complexity)]
 fn check_table(
     fs: &dyn Fs,
     dir: &Path,
     number: u64,
     db_id: u64,
-) -> std::result::Result<Found, (String, BTreeMap<u64, u64>)> {
+) -> Result<std::result::Result<Found, (String, BTreeMap<u64, u64>)>> {
     let mut segments = BTreeMap::new();
-    match walk_table(fs, dir, number, db_id, &mut segments) {
+    Ok(match walk_table(fs, dir, number, db_id, &mut segments) {
         Ok(mut t) => {
             t.segments = segments;
             for &s in t.segments.keys() {
@@ -678,13 +681,14 @@ fn check_table(
                 if !present {
                     let why =
                         format!("it points to separated values in segment {s}, which is missing");
-                    return Err((why, t.segments));
+                    return Ok(Err((why, t.segments)));
                 }
             }
             Ok(t)
         }
+        Err(e @ Error::Io { .. }) => return Err(e),
         Err(e) => Err((e.to_string(), segments)),
-    }
+    })
 }
 
 fn walk_table(
