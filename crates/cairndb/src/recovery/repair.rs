@@ -378,7 +378,8 @@ fn rebuild(
     // manifest describes exactly them.
     let consistent = salvaged.is_some()
         && named.len() == kept.len()
-        && kept.iter().all(|t| named.contains_key(&t.number));
+        && kept.iter().all(|t| named.contains_key(&t.number))
+        && level0_in_order(&kept, &named);
 
     // Step 5: the journals.
     let mut last_seqno = kept
@@ -512,6 +513,29 @@ fn rebuild(
         .collect();
     report.tables_kept.sort_by_key(|t| t.number);
     Ok(!consistent && version.table_count() > 1)
+}
+
+/// True if the level-0 tables `named` gives are in flush order: of two
+/// whose key ranges overlap in one keyspace, the higher-numbered holds
+/// only newer seqnos, as level-0 lookups (newest number first) assume.
+/// Flushes leave them so; a repair that put tables of several levels on
+/// level 0 and was interrupted before its merge does not, and the
+/// repair after it must merge them.
+fn level0_in_order(kept: &[Found], named: &BTreeMap<u64, (usize, u32)>) -> bool {
+    let user = |k: &[u8]| key::user_key(k).to_vec();
+    let l0: Vec<&Found> = kept
+        .iter()
+        .filter(|t| named.get(&t.number).is_some_and(|&(l, _)| l == 0))
+        .collect();
+    l0.iter().enumerate().all(|(i, a)| {
+        l0.iter().skip(i + 1).all(|b| {
+            let (old, new) = if a.number < b.number { (a, b) } else { (b, a) };
+            let overlap = a.keyspace == b.keyspace
+                && user(&a.smallest) <= user(&b.largest)
+                && user(&b.smallest) <= user(&a.largest);
+            !overlap || old.max_seqno < new.min_seqno
+        })
+    })
 }
 
 fn keyspace_name(registry: &Registry, id: u32) -> String {
