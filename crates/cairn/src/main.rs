@@ -60,6 +60,10 @@ enum Cmd {
     Checkpoint(tools::backup::CheckpointArgs),
     /// Incremental backups: create, list, verify, delete, restore.
     Backup(tools::backup::BackupArgs),
+    /// Rebuild a database whose manifest is lost or damaged from its
+    /// tables and journals; damaged tables go to DB/lost/ (exit status 1
+    /// if anything was lost).
+    Repair(tools::repair::RepairArgs),
     /// (internal) hold memory resident until stdin closes (memory cap).
     #[command(hide = true)]
     Balloon { bytes: u64 },
@@ -325,12 +329,18 @@ fn main() -> ExitCode {
         Cmd::Compact(a) => tools::kv::compact(a),
         Cmd::Checkpoint(a) => tools::backup::checkpoint(a),
         Cmd::Backup(a) => tools::backup::backup(a),
+        Cmd::Repair(a) => match tools::repair::repair(a) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
+        },
         Cmd::FillAndWait { dir, keys } => fill_and_wait(&dir, keys),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
-        // 2, as grep does: `get` and `verify` exit with 1 for a missing
-        // key or a damaged database, which is an answer, not a failure.
+        // 2, as grep does: `get`, `verify` and `repair` exit with 1 for
+        // a missing key or a damaged database, which is an answer, not a
+        // failure.
         Err(e) => {
             eprintln!("cairn: {e}");
             ExitCode::from(2)

@@ -443,16 +443,30 @@ fn destroy(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Not supported: CairnDB has no repair. Its open already cuts a torn
-/// journal tail, and reports any other damage as corruption rather than
-/// guessing; always sets `*errptr`.
+/// Rebuilds the database in directory `name` whose manifest is lost or
+/// damaged from its tables and journals (`Db::repair`, as LevelDB's
+/// `RepairDB`): damaged tables are moved into `name/lost/`, journals are
+/// replayed as far as they are intact, and a fresh manifest names every
+/// table kept. The database must not be open. Sets `*errptr` if the
+/// repair itself failed (the directory is missing or locked, a file
+/// could not be read or written); what was lost is not an error, as in
+/// LevelDB (the report goes nowhere: `cairn repair` prints it).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn leveldb_repair_db(
-    _options: *const leveldb_options_t,
-    _name: *const c_char,
+    options: *const leveldb_options_t,
+    name: *const c_char,
     errptr: *mut *mut c_char,
 ) {
     call(errptr, (), || {
-        Err("Not implemented: repair_db is not supported by CairnDB (open recovers a torn journal tail; other damage is reported, not repaired)".into())
+        if options.is_null() {
+            return Err("Invalid argument: NULL options".into());
+        }
+        // SAFETY: `options` is a live handle, and its comparator (if set)
+        // is alive while leveldb_repair_db runs (C API contract).
+        let opts = unsafe { (*options).to_cairndb() }?;
+        // SAFETY: `name` is a NUL-terminated string (C API contract).
+        let dir = unsafe { path(name) }?;
+        Db::repair(dir, &opts).map_err(|e| status(&e))?;
+        Ok(())
     })
 }

@@ -4,8 +4,9 @@
 //! A C program written against LevelDB's header links against
 //! `libcairndb_c.so` or `libcairndb_c.a` and runs unchanged, within the
 //! differences listed in this crate's README (comparators that do not
-//! order keys bytewise are refused, `leveldb_repair_db` is not supported,
-//! some options are accepted and ignored).
+//! order keys bytewise are refused, some options are accepted and
+//! ignored; `leveldb_repair_db` is `Db::repair`, which moves damaged
+//! tables into `lost/`).
 //!
 //! Conventions kept from LevelDB's C API:
 //! - Handles are opaque pointers to the `leveldb_*_t` structs below, made

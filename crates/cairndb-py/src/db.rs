@@ -1008,24 +1008,47 @@ impl Snapshot {
     }
 }
 
-/// LevelDB's `RepairDB`. CairnDB has no repair: opening a database
-/// already cuts a torn journal tail, and damage elsewhere is reported,
-/// never guessed around (docs/durability.md). Always raises
-/// `cairndb.Error`.
+/// plyvel's `repair_db`, LevelDB's `RepairDB`: rebuilds the database in
+/// directory `name` whose manifest is lost or damaged from its tables and
+/// journals (`Db::repair`, docs/durability.md §Repair). Damaged tables
+/// are moved into `name/lost/`, never deleted; what was lost is not an
+/// error, as in plyvel. The database must not be open (`cairndb.IOError`
+/// naming its `LOCK` otherwise); a missing directory raises
+/// `cairndb.Error`. Of the options, `compression` and `write_buffer_size`
+/// shape the tables written from journals; the others are accepted and
+/// ignored, except a custom `comparator` (`NotImplementedError`).
 #[pyfunction]
-#[pyo3(signature = (name, **_options))]
+#[pyo3(signature = (name, **options))]
 pub fn repair_db(
     py: Python<'_>,
     name: &Bound<'_, PyAny>,
-    _options: Option<&Bound<'_, PyDict>>,
+    options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<()> {
-    let name = name.repr().map(|r| r.to_string()).unwrap_or_default();
-    Err(py_error(
-        py,
-        "Error",
-        format!(
-            "repair_db({name}) is not supported by CairnDB: opening a database cuts a torn \
-             journal tail, and other damage is reported as CorruptionError, never repaired"
-        ),
-    ))
+    let path: std::path::PathBuf = py
+        .import("os")?
+        .call_method1("fsdecode", (name,))?
+        .extract()?;
+    let mut opts = Options {
+        compression: Compression::Lz4,
+        ..Options::default()
+    };
+    if let Some(options) = options {
+        for key in ["comparator", "comparator_name"] {
+            if options.get_item(key)?.is_some_and(|c| !c.is_none()) {
+                return Err(PyNotImplementedError::new_err(
+                    "custom comparators are not supported: CairnDB orders keys bytewise",
+                ));
+            }
+        }
+        if let Some(c) = options.get_item("compression")? {
+            opts.compression = compression_of(Some(&c))?;
+        }
+        if let Some(n) = options.get_item("write_buffer_size")?
+            && !n.is_none()
+        {
+            opts.memtable_bytes = n.extract()?;
+        }
+    }
+    py.detach(|| cairndb::Db::repair(&path, &opts)).or_py(py)?;
+    Ok(())
 }

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from conftest import cairndb_only, fill
@@ -204,10 +206,41 @@ def test_approximate_size_counts_live_bytes(db):
     assert db.approximate_size(b"a", b"b") == 100 * (5 + 100)
 
 
+def test_repair_db_rebuilds_a_deleted_manifest(mod, tmp_path):
+    path = str(tmp_path / "db")
+    db = mod.DB(path, create_if_missing=True)
+    for i in range(500):
+        db.put(b"k%04d" % i, b"v%d" % i)
+    db.compact_range()
+    db.put(b"late", b"write", sync=True)
+    db.close()
+    for name in os.listdir(path):
+        if name.startswith("MANIFEST-") or name == "CURRENT":
+            os.remove(os.path.join(path, name))
+    with pytest.raises(mod.Error):
+        mod.DB(path)
+    mod.repair_db(path)
+    db = mod.DB(path)
+    assert db.get(b"late") == b"write"
+    assert [k for k, _ in db] == sorted([b"k%04d" % i for i in range(500)] + [b"late"])
+    assert db.get(b"k0042") == b"v42"
+    db.close()
+
+
 @cairndb_only
-def test_repair_db_is_not_supported(mod, tmp_path):
-    with pytest.raises(mod.Error, match="not supported"):
-        mod.repair_db(str(tmp_path / "db"))
+def test_repair_db_refuses_an_open_or_missing_database(mod, tmp_path):
+    path = str(tmp_path / "db")
+    db = mod.DB(path, create_if_missing=True)
+    db.put(b"k", b"v")
+    with pytest.raises(mod.IOError, match="LOCK"):
+        mod.repair_db(path)
+    db.close()
+    mod.repair_db(path)
+    db = mod.DB(path)
+    assert db.get(b"k") == b"v"
+    db.close()
+    with pytest.raises(mod.Error, match="nothing to repair"):
+        mod.repair_db(str(tmp_path / "missing"))
 
 
 def test_destroy_db(mod, tmp_path):

@@ -111,6 +111,28 @@ pub(crate) fn multi_get<K: AsRef<[u8]>>(
 }
 
 impl Db {
+    /// Rebuilds the database at `path` whose manifest is lost or damaged
+    /// from its tables and journals, like LevelDB's `RepairDB`
+    /// (docs/durability.md §Repair). Takes the writer lock (an open
+    /// handle elsewhere makes it fail with the same `Io` error as a
+    /// second `open`). Every table is read whole; a damaged or foreign
+    /// one, or one holding entries another table holds too, is moved
+    /// into `path/lost/` (never deleted) and reported. Journals are
+    /// replayed as far as their records are intact. Whatever part of the
+    /// old manifest is intact gives the identity, keyspaces and levels;
+    /// where it is gone, the tables' properties give them. A fresh
+    /// manifest then names every kept table, and the database is opened
+    /// once (and its tables merged into one level if their old levels
+    /// were lost) to check that it opens. Afterwards `open` opens it and
+    /// `verify` finds every kept table intact.
+    ///
+    /// Errors: `InvalidArgument` if `path` does not exist, `Io` if the
+    /// lock is held or a file cannot be read or written; a file that is
+    /// merely damaged is reported, not an error.
+    pub fn repair(path: impl AsRef<Path>, opts: &Options) -> Result<crate::RepairReport> {
+        crate::recovery::repair::repair(path.as_ref(), opts)
+    }
+
     /// Opens the database at `path`, creating it if missing (unless
     /// `create_if_missing` is false) and recovering it if present: the
     /// manifest is read and the journal tail replayed. Fails with

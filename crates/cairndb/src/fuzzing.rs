@@ -1072,6 +1072,7 @@ pub fn table(data: &[u8]) -> usize {
                     _ => crate::options::Compression::None,
                 },
                 db_id: 0,
+                keyspace: None,
             };
             let damage = input.u8();
             let at = usize::from(input.u16());

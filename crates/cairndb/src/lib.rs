@@ -19,7 +19,8 @@
 //! Map of the modules (docs/architecture.md explains each path):
 //! - `write/`: batches, group commit, journal append, memtable insert
 //! - `read/`: point lookup, cursors, merging, the user iterator
-//! - `recovery/`: open, manifest replay, journal replay
+//! - `recovery/`: open, manifest replay, journal replay; `repair.rs`:
+//!   `Db::repair`, rebuilding a lost or damaged manifest
 //! - `flush/`, `compaction/`: memtable → table; leveled merging
 //! - `memtable/`, `version/`: the in-memory table; live table sets
 //! - `format/`: every on-disk byte (journal, table, manifest)
@@ -65,6 +66,7 @@ pub use keyspace::{Keyspace, KeyspaceOptions};
 pub use options::Sabotage;
 pub use options::{Compression, Options, ValueReads, WriteOptions};
 pub use read::iter::{Iter, KeyValue};
+pub use recovery::repair::{JournalReplay, ManifestSalvage, RepairReport, TableKept, TableLost};
 pub use txn::{Isolation, Transaction, TxnIter};
 pub use verify::VerifyReport;
 pub use write::batch::WriteBatch;

@@ -35,6 +35,11 @@
 //! (a counting global allocator; a single request over `ALLOC_REFUSE` is
 //! refused after naming the mutation, which aborts the process) all fail.
 //!
+//! `Db::repair` after damage to the manifest or CURRENT (every mutation
+//! of them but swaps, and of the bit flips every fifth; and the manifest
+//! or CURRENT deleted): every table and journal is intact, so the repaired
+//! database must open, hold exactly the full data and verify clean.
+//!
 //! Seed via `CAIRNDB_SWEEP_SEED` (printed). Every bad outcome prints its
 //! index in the plan; `CAIRNDB_SWEEP_ONLY=<index>` replays just that one.
 //! The sweep prints its counts per mutation kind and per file.
@@ -626,6 +631,50 @@ fn check(image: &Image, file: &str, states: &[Model]) -> Outcome {
     }
 }
 
+/// `Db::repair` of an image whose tables and journals are intact: the
+/// repaired database must open, hold the full data (both keyspaces) and
+/// verify clean. `Some(what went wrong)` otherwise.
+fn repaired(image: &Image, states: &[Model]) -> Option<String> {
+    let dir = Path::new(DIR);
+    let fs = restore(image, dir);
+    if let Err(e) = Db::repair(dir, &opts(&fs)) {
+        return Some(format!("repair: {e}"));
+    }
+    let db = match Db::open(dir, opts(&fs)) {
+        Ok(db) => db,
+        Err(e) => return Some(format!("open after repair: {e}")),
+    };
+    let mut rows: Vec<(Vec<u8>, Vec<u8>)> = match db.iter().collect() {
+        Ok(rows) => rows,
+        Err(e) => return Some(format!("scan after repair: {e}")),
+    };
+    if let Some(ks) = keyspace(&db) {
+        match ks.iter().collect::<cairndb::Result<Vec<_>>>() {
+            Ok(more) => rows.extend(more.into_iter().map(|(k, v)| (ks_key(&k), v))),
+            Err(e) => return Some(format!("keyspace scan after repair: {e}")),
+        }
+    }
+    let got: Model = rows.into_iter().collect();
+    if Some(&got) != states.last() {
+        return Some(format!(
+            "after repair: {} rows, not the full data",
+            got.len()
+        ));
+    }
+    match db.verify() {
+        Ok(r) if r.is_ok() => None,
+        Ok(r) => Some(format!("verify after repair: {:?}", r.problems)),
+        Err(e) => Some(format!("verify after repair: {e}")),
+    }
+}
+
+/// Whether the sweep repairs after mutation `m` (`repaired`).
+fn repairs_after(m: &Mutation, index: usize) -> bool {
+    (m.file.starts_with("MANIFEST-") || m.file == "CURRENT")
+        && m.kind != Kind::Swap
+        && (m.kind != Kind::BitFlip || index.is_multiple_of(5))
+}
+
 /// What a mutation led to; the first five are allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bucket {
@@ -725,6 +774,7 @@ fn damaged_files_never_panic_hang_overallocate_or_return_wrong_data() {
     let mut by_file: BTreeMap<String, Counts> = BTreeMap::new();
     let mut total = Counts::default();
     let mut bad: Vec<String> = Vec::new();
+    let mut repairs = 0usize;
     let (mut peak_max, mut peak_max_at) = (0usize, String::new());
     let (mut slowest, mut slowest_at) = (Duration::ZERO, String::new());
     let started = Instant::now();
@@ -780,7 +830,46 @@ fn damaged_files_never_panic_hang_overallocate_or_return_wrong_data() {
         by_kind.entry(m.kind).or_default().add(bucket);
         by_file.entry(m.file.clone()).or_default().add(bucket);
         total.add(bucket);
+        if repairs_after(m, index) {
+            let desc = format!("{} then repaired", m.describe(index, seed));
+            set_current(&desc);
+            let panics_before = PANICS.load(Ordering::SeqCst);
+            MUTATION_STARTED.store(epoch().elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| repaired(&img, &states)));
+            MUTATION_STARTED.store(0, Ordering::Relaxed);
+            match result {
+                _ if PANICS.load(Ordering::SeqCst) != panics_before => {
+                    bad.push(format!("{desc}: PANIC"));
+                }
+                Ok(Some(w)) => bad.push(format!("{desc}: {w}")),
+                Ok(None) => repairs += 1,
+                Err(_) => bad.push(format!("{desc}: PANIC")),
+            }
+        }
     }
+    // The manifest, or it and CURRENT, deleted.
+    if only.is_none() {
+        let manifest = image
+            .keys()
+            .find(|n| n.starts_with("MANIFEST-"))
+            .expect("a manifest")
+            .clone();
+        for gone in [
+            vec![manifest.clone()],
+            vec![manifest, "CURRENT".to_string()],
+        ] {
+            let mut img = image.clone();
+            for name in &gone {
+                img.remove(name);
+            }
+            set_current(&format!("{gone:?} deleted, then repaired"));
+            match repaired(&img, &states) {
+                Some(w) => bad.push(format!("{gone:?} deleted, then repaired: {w}")),
+                None => repairs += 1,
+            }
+        }
+    }
+    println!("repaired after {repairs} mutations of the manifest or CURRENT");
     let runtime = started.elapsed();
     SWEEP_DONE.store(true, Ordering::Relaxed);
     watchdog.join().expect("watchdog");

@@ -1,6 +1,6 @@
 //! The operator's subcommands: `stats`, `get`, `put`, `delete`, `scan`,
-//! `dump`, `load`, `verify`, `compact`, `checkpoint` and `backup`, each on
-//! a database directory.
+//! `dump`, `load`, `verify`, `compact`, `checkpoint`, `backup` and
+//! `repair`, each on a database directory.
 //!
 //! Keys and values on the command line and in the output are encoded as
 //! `--key-encoding` / `--value-encoding` say (utf8, hex, base64); a
@@ -11,6 +11,7 @@ pub mod backup;
 pub mod dump;
 pub mod encoding;
 pub mod kv;
+pub mod repair;
 
 use cairndb::{Db, Keyspace, Options};
 use encoding::Encoding;

@@ -4,8 +4,8 @@
  * The declarations match LevelDB 1.23's C API function for function, so a
  * program written against LevelDB's header compiles against this one and
  * links against libcairndb_c.so / libcairndb_c.a unchanged. Where CairnDB
- * differs, see crates/cairndb-c/README.md (comparators, repair, options
- * that are ignored).
+ * differs, see crates/cairndb-c/README.md (comparators, repair's lost/
+ * directory, options that are ignored).
  *
  * Conventions:
  *  - Every handle is an opaque pointer, made by a create/open function and
@@ -124,7 +124,11 @@ void leveldb_compact_range(leveldb_t* db, const char* start_key,
 void leveldb_destroy_db(const leveldb_options_t* options, const char* name,
                         char** errptr);
 
-/* Not supported by CairnDB: always sets *errptr. */
+/* Rebuilds the database in directory `name` (which must not be open)
+   whose manifest is lost or damaged, from its tables and journals, as
+   LevelDB's RepairDB: damaged tables are moved into `name/lost/`, never
+   deleted. Sets *errptr only if the repair itself failed (missing or
+   locked directory, unreadable or unwritable files). */
 void leveldb_repair_db(const leveldb_options_t* options, const char* name,
                        char** errptr);
 

@@ -35,9 +35,11 @@ use crate::limits::LEVELS;
 /// data blocks), which an older build would take for damaged tables.
 /// Format 7 adds tags 11 to 14 (keyspaces) and says journal batches may
 /// hold ops of other keyspaces than the default (format.md §Batch).
-/// Formats 1 to 6 are read as they are, their journals with the framing
-/// of their format.
-pub const MANIFEST_FORMAT: u64 = 7;
+/// Format 8 adds no field but says tables may be of table version 5
+/// (properties naming their keyspace), which an older build would refuse
+/// as tables of an unsupported version. Formats 1 to 7 are read as they
+/// are, their journals with the framing of their format.
+pub const MANIFEST_FORMAT: u64 = 8;
 /// First manifest format whose journals use the numbered framing.
 pub const MANIFEST_FORMAT_NUMBERED_JOURNALS: u64 = 3;
 /// First manifest format that names the database's identity (tag 9,
@@ -345,8 +347,8 @@ mod examples {
         encode_record(&mut rec, RecordKind::Edit, &first.encode());
         assert_eq!(
             hex(&rec),
-            "cd 11 7e ba 12 00 00 00 cc 78 ac 45 02 00 00 00 \
-             01 07 02 02 03 04 04 00 09 ef 9b af cd f8 ac d1 91 01"
+            "8a 1e 53 3a 12 00 00 00 84 3b 48 1e 02 00 00 00 \
+             01 08 02 02 03 04 04 00 09 ef 9b af cd f8 ac d1 91 01"
         );
         let key = |k: &[u8]| {
             let mut v = k.to_vec();
@@ -361,7 +363,7 @@ mod examples {
                 keyspace: 0,
                 level: 0,
                 number: 5,
-                size: 162,
+                size: 165,
                 entries: 1,
                 smallest: key(b"a"),
                 largest: key(b"a"),
@@ -372,8 +374,8 @@ mod examples {
         encode_record(&mut rec, RecordKind::Edit, &flush.encode());
         assert_eq!(
             hex(&rec),
-            "15 58 0d 51 20 00 00 00 bf f4 95 47 02 00 00 00 \
-             02 04 03 06 04 01 05 00 05 a2 01 01 \
+            "6d df a0 8b 20 00 00 00 20 7b 24 8c 02 00 00 00 \
+             02 04 03 06 04 01 05 00 05 a5 01 01 \
              09 61 00 00 00 00 00 00 01 01 09 61 00 00 00 00 00 00 01 01"
         );
         let close = Edit {

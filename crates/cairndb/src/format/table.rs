@@ -36,6 +36,7 @@ use crate::format::coding::{Reader, crc2, put_bytes, put_varint};
 use crate::format::compress::{self, BLOCK_TYPE_LZ4, BLOCK_TYPE_ZSTD};
 use crate::format::filter::{self, FilterKind, TableFilter};
 use crate::format::key::{self, TAG_LEN};
+use crate::format::manifest::KeyspaceRecord;
 use crate::io::{FileRead, FileWrite};
 use crate::limits::{BLOCK_LEN_MAX, SEQNO_MAX};
 use crate::options::Compression;
@@ -50,8 +51,13 @@ use std::sync::Arc;
 /// the database and the file number the table was written as (fields 7
 /// and 8), so a table under a name it was not written as is found out.
 /// Version 4 data blocks may be compressed (block types 1 and 2,
-/// `format/compress.rs`); its other bytes are as in version 3.
-pub const TABLE_VERSION: u32 = 4;
+/// `format/compress.rs`); its other bytes are as in version 3. Version 5
+/// properties name the keyspace the table belongs to, with its name and
+/// options (fields 9 to 11), so a lost manifest can be rebuilt from the
+/// tables (`repair`).
+pub const TABLE_VERSION: u32 = 5;
+/// First table version whose properties name their keyspace.
+pub const TABLE_VERSION_KEYSPACED: u32 = 5;
 /// First table version whose properties name their owner.
 pub const TABLE_VERSION_OWNED: u32 = 3;
 /// Oldest table version this build reads.
@@ -78,6 +84,9 @@ pub struct TableOptions {
     /// The database's identity, written into every table with its number
     /// (`TableWriter::owned_by`); 0 outside a database (unit tests).
     pub db_id: u64,
+    /// The keyspace the table belongs to, written into its properties
+    /// (fields 9 to 11); `None` for the default keyspace.
+    pub keyspace: Option<Arc<KeyspaceRecord>>,
 }
 
 impl Default for TableOptions {
@@ -88,6 +97,7 @@ impl Default for TableOptions {
             filter: true,
             compression: Compression::None,
             db_id: 0,
+            keyspace: None,
         }
     }
 }
@@ -141,6 +151,8 @@ pub struct TableWriter {
     failed: bool,
     /// (database identity, file number) written into the properties.
     owner: (u64, u64),
+    /// The keyspace written into the properties (`None`: the default).
+    keyspace: Option<Arc<KeyspaceRecord>>,
 }
 
 impl TableWriter {
@@ -167,6 +179,7 @@ impl TableWriter {
             data_blocks: 0,
             failed: false,
             owner: (0, 0),
+            keyspace: opts.keyspace.clone(),
         }
     }
 
@@ -265,6 +278,14 @@ impl TableWriter {
             smallest: std::mem::take(&mut self.smallest),
             largest,
             owner: Some(self.owner),
+            keyspace: Some(match &self.keyspace {
+                Some(k) => TableKeyspace {
+                    id: k.id,
+                    name: k.name.clone(),
+                    options: k.options.encode(),
+                },
+                None => TableKeyspace::default(),
+            }),
         };
         let props_h = self.write_block(&props.encode())?;
         // 4. footer
@@ -379,6 +400,19 @@ struct Properties {
     /// (database identity, file number); `None` in tables older than
     /// `TABLE_VERSION_OWNED`.
     owner: Option<(u64, u64)>,
+    /// The keyspace; `None` in tables older than `TABLE_VERSION_KEYSPACED`.
+    keyspace: Option<TableKeyspace>,
+}
+
+/// The keyspace a table of version 5 names (properties fields 9 to 11):
+/// id 0 with an empty name and options for the default keyspace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableKeyspace {
+    pub id: u32,
+    pub name: String,
+    /// The keyspace's options as manifest tag 11 encodes them
+    /// (`KeyspaceOptions::encode`).
+    pub options: Vec<u8>,
 }
 
 impl Properties {
@@ -393,6 +427,10 @@ impl Properties {
         let (db_id, number) = self.owner.unwrap_or_default();
         put_varint(&mut out, db_id); // 7. database identity
         put_varint(&mut out, number); // 8. file number
+        let ks = self.keyspace.clone().unwrap_or_default();
+        put_varint(&mut out, u64::from(ks.id)); // 9. keyspace id
+        put_bytes(&mut out, ks.name.as_bytes()); // 10. keyspace name
+        put_bytes(&mut out, &ks.options); // 11. keyspace options
         out
     }
 
@@ -410,6 +448,20 @@ impl Properties {
         let largest = r.len_prefixed().ok_or_else(trunc)?.to_vec();
         let owner = if version >= u64::from(TABLE_VERSION_OWNED) {
             Some((r.varint().ok_or_else(trunc)?, r.varint().ok_or_else(trunc)?))
+        } else {
+            None
+        };
+        let keyspace = if version >= u64::from(TABLE_VERSION_KEYSPACED) {
+            let id = r.varint().ok_or_else(trunc)?;
+            let id = u32::try_from(id).map_err(|_| format!("bad keyspace id {id}"))?;
+            let name = r.len_prefixed().ok_or_else(trunc)?;
+            let name = String::from_utf8(name.to_vec())
+                .map_err(|_| "keyspace name is not UTF-8".to_string())?;
+            let options = r.len_prefixed().ok_or_else(trunc)?.to_vec();
+            if (id == 0) != name.is_empty() || (id == 0 && !options.is_empty()) {
+                return Err(format!("keyspace {id} named {name:?}: inconsistent"));
+            }
+            Some(TableKeyspace { id, name, options })
         } else {
             None
         };
@@ -438,6 +490,7 @@ impl Properties {
             smallest,
             largest,
             owner,
+            keyspace,
         })
     }
 }
@@ -740,6 +793,18 @@ impl Table {
         ))
     }
 
+    /// The database identity and file number the table was written as
+    /// (properties fields 7 and 8), `None` before version 3.
+    pub fn owner(&self) -> Option<(u64, u64)> {
+        self.props.owner
+    }
+
+    /// The keyspace the table belongs to (properties fields 9 to 11),
+    /// `None` before version 5.
+    pub fn keyspace(&self) -> Option<&TableKeyspace> {
+        self.props.keyspace.as_ref()
+    }
+
     /// False only if the table certainly holds no entry for `user_key`.
     pub fn may_contain(&self, user_key: &[u8]) -> bool {
         self.filter.may_contain(user_key)
@@ -784,19 +849,16 @@ impl Table {
     }
 
     /// Number of entries.
-    #[cfg(test)]
     pub fn entries(&self) -> u64 {
         self.props.entries
     }
 
     /// Smallest internal key (empty for an empty table).
-    #[cfg(test)]
     pub fn smallest(&self) -> &[u8] {
         &self.props.smallest
     }
 
     /// Largest internal key (empty for an empty table).
-    #[cfg(test)]
     pub fn largest(&self) -> &[u8] {
         &self.props.largest
     }
@@ -1207,6 +1269,7 @@ mod tests {
                 filter: false,
                 compression: Compression::Lz4,
                 db_id: 0,
+                keyspace: None,
             },
             TableOptions {
                 block_size: 1000,
@@ -1214,6 +1277,7 @@ mod tests {
                 filter: true,
                 compression: Compression::Zstd(3),
                 db_id: 0,
+                keyspace: None,
             },
             TableOptions {
                 compression: Compression::Lz4,
@@ -1318,6 +1382,7 @@ mod tests {
             filter: false,
             compression: Compression::None,
             db_id: 0,
+            keyspace: None,
         };
         let fs = MemFs::new();
         let path = Path::new("/t/000009.sst");
@@ -1367,6 +1432,7 @@ mod tests {
                 filter: true,
                 compression: Compression::None,
                 db_id: 0,
+                keyspace: None,
             },
         );
         let t = open(&fs, path, None).unwrap();
@@ -1472,6 +1538,7 @@ mod tests {
                 filter: true,
                 compression: Compression::None,
                 db_id: 0,
+                keyspace: None,
             },
         );
         let bytes = crate::io::read_all(&fs, path).unwrap();
@@ -1605,8 +1672,8 @@ mod tests {
         assert!(detail(b).contains("not a CairnDB table"));
         let mut b = bytes.clone();
         let v = b.len() - 16;
-        b[v] = 5;
-        assert!(detail(b).contains("unsupported table version 5"));
+        b[v] = 6;
+        assert!(detail(b).contains("unsupported table version 6"));
         let mut b = bytes.clone();
         let c = b.len() - 12;
         b[c] ^= 1;
@@ -1629,6 +1696,34 @@ mod tests {
         send::<TableWriter>();
     }
 
+    /// Version 5 properties name the table's keyspace (fields 9 to 11);
+    /// the default keyspace is id 0 with an empty name and options.
+    #[test]
+    fn properties_name_the_keyspace() {
+        let fs = MemFs::new();
+        let m = vec![(key::encode(b"k", make_tag(1, 1)), b"v".to_vec())];
+        let users = crate::format::manifest::KeyspaceRecord {
+            id: 3,
+            name: "users".into(),
+            options: crate::keyspace::KeyspaceOptions::default(),
+        };
+        let opts = TableOptions {
+            keyspace: Some(Arc::new(users.clone())),
+            ..TableOptions::default()
+        };
+        write(&fs, Path::new("/t/ks.sst"), &m, &opts);
+        let t = open(&fs, Path::new("/t/ks.sst"), None).unwrap();
+        let ks = t.keyspace().expect("a version 5 table names its keyspace");
+        assert_eq!((ks.id, ks.name.as_str()), (3, "users"));
+        assert_eq!(
+            crate::keyspace::KeyspaceOptions::decode(&ks.options).unwrap(),
+            users.options
+        );
+        write(&fs, Path::new("/t/d.sst"), &m, &TableOptions::default());
+        let t = open(&fs, Path::new("/t/d.sst"), None).unwrap();
+        assert_eq!(t.keyspace(), Some(&TableKeyspace::default()));
+    }
+
     #[test]
     fn table_golden_tiny_example() {
         // docs/format.md §Tables §Worked example.
@@ -1649,9 +1744,9 @@ mod tests {
             000a01616200000000000002017801 09 00630000000000000100 00000000 01000000 0016bb8692\
             00 009acd2892\
             000a02616300000000000001000022 00000000 01000000 006d9a1d1e\
-            04 02 01 00 0a61620000000000000201 0a61630000000000000100 00 00 00abd1781f\
+            05 02 01 00 0a61620000000000000201 0a61630000000000000100 00 00 00 00 00 00923fa9f9\
             2d00000000000000 1700000000000000 2700000000000000 0100000000000000\
-            4900000000000000 1c00000000000000 04000000 09066254 434149524e544231";
+            4900000000000000 1f00000000000000 05000000 76f190be 434149524e544231";
         let golden: Vec<u8> = golden
             .chars()
             .filter(char::is_ascii_hexdigit)

@@ -11,7 +11,8 @@
 //! Every part of the engine that holds keys keeps them per keyspace: a
 //! journal op carries its keyspace's id (format.md §Batch), a memtable
 //! holds one ordered map per keyspace, and a table belongs to one
-//! keyspace (its manifest record names it). Levels are ordered by
+//! keyspace (its manifest record names it; from table version 5 its
+//! properties name it too, for `Db::repair`). Levels are ordered by
 //! keyspace, then key, so one compaction never mixes keyspaces.
 
 use crate::db::{Db, owned_bound, prefix_bounds};

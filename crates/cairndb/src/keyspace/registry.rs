@@ -61,6 +61,24 @@ impl Registry {
         Ok(r)
     }
 
+    /// The registry with keyspace `rec` restored (`Db::repair`): unlike
+    /// `apply`, the id may be below the counter, since repair finds
+    /// keyspaces in no particular order; the id must be neither live nor
+    /// dropped and the name free.
+    pub fn restore(&self, rec: KeyspaceRecord) -> Result<Registry, String> {
+        if self.exists(rec.id) || self.dropped(rec.id) {
+            return Err(format!("keyspace {} exists or was dropped", rec.id));
+        }
+        if self.by_name.contains_key(&rec.name) {
+            return Err(format!("keyspace name {:?} is taken", rec.name));
+        }
+        let mut r = self.clone();
+        r.next = r.next.max(1).max(rec.id.saturating_add(1));
+        r.by_name.insert(rec.name.clone(), rec.id);
+        r.by_id.insert(rec.id, Arc::new(rec));
+        Ok(r)
+    }
+
     /// The live keyspace named `name`.
     pub fn named(&self, name: &str) -> Option<&Arc<KeyspaceRecord>> {
         self.by_id.get(self.by_name.get(name)?)
@@ -154,6 +172,7 @@ pub(crate) fn table_options(
         block_size: k.options.block_bytes,
         filter: k.options.filter,
         compression: k.options.compression,
+        keyspace: Some(k.clone()),
         ..base.clone()
     })
 }

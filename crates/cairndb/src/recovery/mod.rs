@@ -58,6 +58,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+pub(crate) mod repair;
+
 /// Largest file number the engine hands out (2^48 - 1: a million new files
 /// a second for eight years).
 const FILE_NUMBER_MAX: u64 = (1 << 48) - 1;
@@ -107,6 +109,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
         filter: opts.filter,
         compression: opts.compression,
         db_id,
+        keyspace: None,
     };
     let next_file = AtomicU64::new(listing.next_file(&rec)?);
     let new_number = || next_file.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
