@@ -130,7 +130,18 @@ impl Db {
     /// lock is held or a file cannot be read or written; a file that is
     /// merely damaged is reported, not an error.
     pub fn repair(path: impl AsRef<Path>, opts: &Options) -> Result<crate::RepairReport> {
-        crate::recovery::repair::repair(path.as_ref(), opts)
+        Db::repair_with(path, opts, |_| {})
+    }
+
+    /// [`Db::repair`], calling `progress` as it goes: before and after
+    /// each table it reads (tables and bytes done of all), when it
+    /// replays the journals, and when it merges the tables.
+    pub fn repair_with(
+        path: impl AsRef<Path>,
+        opts: &Options,
+        mut progress: impl FnMut(crate::RepairProgress),
+    ) -> Result<crate::RepairReport> {
+        crate::recovery::repair::repair(path.as_ref(), opts, &mut progress)
     }
 
     /// Opens the database at `path`, creating it if missing (unless

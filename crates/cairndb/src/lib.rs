@@ -66,7 +66,9 @@ pub use keyspace::{Keyspace, KeyspaceOptions};
 pub use options::Sabotage;
 pub use options::{Compression, Options, ValueReads, WriteOptions};
 pub use read::iter::{Iter, KeyValue};
-pub use recovery::repair::{JournalReplay, ManifestSalvage, RepairReport, TableKept, TableLost};
+pub use recovery::repair::{
+    JournalReplay, ManifestSalvage, RepairProgress, RepairReport, TableKept, TableLost,
+};
 pub use txn::{Isolation, Transaction, TxnIter};
 pub use verify::VerifyReport;
 pub use write::batch::WriteBatch;

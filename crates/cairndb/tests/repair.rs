@@ -8,7 +8,7 @@
 mod common;
 
 use cairndb::io::{Fs, MemFs};
-use cairndb::{Db, KeyspaceOptions, Options, WriteOptions};
+use cairndb::{Db, KeyspaceOptions, Options, RepairProgress, WriteOptions};
 use common::{Image, files_with, mem_opts, restore, snapshot};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -131,8 +131,39 @@ fn a_lost_manifest_is_rebuilt_from_the_tables_and_journals() {
         Db::open(DIR, opts(&fs)).is_err(),
         "open refuses a database whose CURRENT is gone"
     );
-    let report = Db::repair(DIR, &opts(&fs)).expect("repair");
+    let mut seen = Vec::new();
+    let report = Db::repair_with(DIR, &opts(&fs), |p| seen.push(p)).expect("repair");
     println!("{report}");
+    // Progress: table bytes only grow, reach their total, then the
+    // journals, then the merge.
+    let tables: Vec<(usize, usize, u64, u64)> = seen
+        .iter()
+        .filter_map(|p| match *p {
+            RepairProgress::Tables {
+                done,
+                total,
+                bytes_done,
+                bytes_total,
+            } => Some((done, total, bytes_done, bytes_total)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        tables
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].2 <= w[1].2),
+        "{seen:?}"
+    );
+    let last = tables.last().expect("table progress");
+    assert!(
+        last.0 == last.1 && last.2 == last.3 && last.3 > 0,
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.iter().rev().take(2).collect::<Vec<_>>(),
+        [&RepairProgress::Merging, &RepairProgress::Journals],
+        "{seen:?}"
+    );
     assert!(report.manifest.is_none());
     assert!(report.tables_lost.is_empty(), "{report}");
     assert!(report.tables_kept.len() >= 2, "{report}");

@@ -3,7 +3,7 @@
 //! journals (docs/durability.md §Repair).
 
 use super::ToolResult;
-use cairndb::{Db, Options};
+use cairndb::{Db, Options, RepairProgress};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -23,8 +23,22 @@ pub fn repair(a: RepairArgs) -> ToolResult<bool> {
         create_if_missing: false,
         ..Options::default()
     };
-    let report =
-        Db::repair(&a.db, &opts).map_err(|e| format!("repairing {}: {e}", a.db.display()))?;
+    let bar = super::progress(0, "reading tables");
+    let report = Db::repair_with(&a.db, &opts, |p| match p {
+        RepairProgress::Tables {
+            bytes_done,
+            bytes_total,
+            ..
+        } => {
+            bar.set_length(bytes_total);
+            bar.set_position(bytes_done);
+        }
+        RepairProgress::Journals => bar.set_message("replaying journals"),
+        RepairProgress::Merging => bar.set_message("merging tables"),
+        _ => {}
+    });
+    bar.finish_and_clear();
+    let report = report.map_err(|e| format!("repairing {}: {e}", a.db.display()))?;
     let secs = started.elapsed().as_secs_f64();
     if a.json {
         let manifest = report.manifest.as_ref().map(|m| {

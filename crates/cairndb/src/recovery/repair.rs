@@ -235,7 +235,30 @@ impl fmt::Display for RepairReport {
 }
 
 /// Repairs the database at `dir` (`Db::repair`).
-pub(crate) fn repair(dir: &Path, opts: &Options) -> Result<RepairReport> {
+/// Where a repair is, as `Db::repair_with` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RepairProgress {
+    /// Tables read whole and checked so far, of all the directory holds,
+    /// and their bytes: the bulk of a repair's reading.
+    Tables {
+        done: usize,
+        total: usize,
+        bytes_done: u64,
+        bytes_total: u64,
+    },
+    /// Journals being replayed.
+    Journals,
+    /// The kept tables being merged into one level (their old levels
+    /// were lost).
+    Merging,
+}
+
+pub(crate) fn repair(
+    dir: &Path,
+    opts: &Options,
+    progress: &mut dyn FnMut(RepairProgress),
+) -> Result<RepairReport> {
     opts.validate()?;
     if !opts.fs.exists(dir) {
         return Err(Error::InvalidArgument(format!(
@@ -252,7 +275,7 @@ pub(crate) fn repair(dir: &Path, opts: &Options) -> Result<RepairReport> {
         let listing = Listing::take(dir, &take)?;
         let (_tables, reaper, _blocks) = caches(&listing.dir, opts);
         let salvaged = salvage_manifest(&listing, &reaper, &mut report);
-        rebuild(&listing, opts, &reaper, salvaged, &mut report)?
+        rebuild(&listing, opts, &reaper, salvaged, &mut report, progress)?
         // The lock is released here, for the open below.
     };
     // Open what was written: garbage goes, and a repair that left
@@ -266,6 +289,7 @@ pub(crate) fn repair(dir: &Path, opts: &Options) -> Result<RepairReport> {
         },
     )?;
     if compact {
+        progress(RepairProgress::Merging);
         db.compact()?;
         report.compacted = true;
     }
@@ -280,6 +304,7 @@ fn rebuild(
     reaper: &Arc<Reaper>,
     salvaged: Option<Recovered>,
     report: &mut RepairReport,
+    progress: &mut dyn FnMut(RepairProgress),
 ) -> Result<bool> {
     let (fs, dir) = (&*listing.fs, &listing.dir);
     let mut numbers: Vec<u64> = listing
@@ -297,12 +322,32 @@ fn rebuild(
     // Step 3: every table, read whole.
     let mut found: Vec<Found> = Vec::new();
     let mut lost: Vec<(u64, String, BTreeMap<u64, u64>)> = Vec::new();
-    for &n in &numbers {
+    // A size that cannot be read counts 0: `check_table` reports the file.
+    let sizes: Vec<u64> = numbers
+        .iter()
+        .map(|&n| fs.open(&files::table(dir, n)).map_or(0, |f| f.len()))
+        .collect();
+    let bytes_total = sizes.iter().sum();
+    let mut bytes_done = 0;
+    for (i, (&n, size)) in numbers.iter().zip(&sizes).enumerate() {
+        progress(RepairProgress::Tables {
+            done: i,
+            total: numbers.len(),
+            bytes_done,
+            bytes_total,
+        });
         match check_table(fs, dir, n, db_id)? {
             Ok(t) => found.push(t),
             Err((e, segments)) => lost.push((n, e, segments)),
         }
+        bytes_done += size;
     }
+    progress(RepairProgress::Tables {
+        done: numbers.len(),
+        total: numbers.len(),
+        bytes_done,
+        bytes_total,
+    });
     let named: BTreeMap<u64, (usize, u32)> = salvaged
         .as_ref()
         .map(|r| {
@@ -382,6 +427,7 @@ fn rebuild(
         && level0_in_order(&kept, &named);
 
     // Step 5: the journals.
+    progress(RepairProgress::Journals);
     let mut last_seqno = kept
         .iter()
         .map(|t| t.max_seqno)
