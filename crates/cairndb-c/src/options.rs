@@ -56,6 +56,10 @@ impl leveldb_options_t {
     /// # Safety
     /// The comparator set, if any, is still alive.
     pub(crate) unsafe fn to_cairndb(&self) -> Result<Options, String> {
+        // LevelDB records the comparator's name and refuses an open under
+        // another; CairnDB does the same (`Options::comparator_name`),
+        // LevelDB's bytewise name standing for no comparator.
+        let mut comparator_name = BYTEWISE_COMPARATOR.to_vec();
         if !self.comparator.is_null() {
             // SAFETY: the caller's contract: the comparator set on these
             // options is alive.
@@ -72,10 +76,16 @@ impl leveldb_options_t {
                     a.cmp(b) as i8,
                 ));
             }
+            comparator_name = name;
         }
+        let comparator_name = String::from_utf8(comparator_name)
+            .ok()
+            .filter(|n| (1..=255).contains(&n.len()))
+            .ok_or("Invalid argument: a comparator's name must be 1 to 255 bytes of UTF-8")?;
         let mut o = Options {
             create_if_missing: self.create_if_missing,
             error_if_exists: self.error_if_exists,
+            comparator_name: Some(comparator_name),
             ..Options::default()
         };
         if let Some(n) = self.write_buffer_size {

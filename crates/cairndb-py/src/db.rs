@@ -377,19 +377,44 @@ pub struct DB {
 /// bytewise differ on (the empty key, NUL, prefixes, case, digits as
 /// numbers, bytes above 0x7f, reversal, length first).
 const PROBE_KEYS: &[&[u8]] = &[
-    b"", b"\x00", b"\x00\x00", b"\x01", b"0", b"1", b"10", b"2", b"9", b"A", b"B", b"Z", b"a", b"aa",
-    b"ab", b"b", b"ba", b"z", b"zz", b"\x7f", b"\x80", b"\xfe", b"\xff", b"\xff\x00", b"\xff\xff",
+    b"",
+    b"\x00",
+    b"\x00\x00",
+    b"\x01",
+    b"0",
+    b"1",
+    b"10",
+    b"2",
+    b"9",
+    b"A",
+    b"B",
+    b"Z",
+    b"a",
+    b"aa",
+    b"ab",
+    b"b",
+    b"ba",
+    b"z",
+    b"zz",
+    b"\x7f",
+    b"\x80",
+    b"\xfe",
+    b"\xff",
+    b"\xff\x00",
+    b"\xff\xff",
 ];
 
 /// plyvel's rules for `comparator` and `comparator_name` (both or
 /// neither; a callable; a bytes name), then CairnDB's: the comparator
-/// must order `PROBE_KEYS` bytewise.
+/// must order `PROBE_KEYS` bytewise. Returns the name the database is
+/// opened under (`Options::comparator_name`): the one given, else
+/// LevelDB's bytewise comparator's.
 fn check_comparator(
     comparator: Option<&Bound<'_, PyAny>>,
     name: Option<&Bound<'_, PyAny>>,
-) -> PyResult<()> {
+) -> PyResult<String> {
     let (cmp, name) = match (comparator, name) {
-        (None, None) => return Ok(()),
+        (None, None) => return Ok(cairndb::BYTEWISE_COMPARATOR.to_owned()),
         (Some(c), Some(n)) => (c, n),
         _ => {
             return Err(PyValueError::new_err(
@@ -405,6 +430,12 @@ fn check_comparator(
         .map_err(|_| PyTypeError::new_err("'comparator_name' must be a bytestring"))?
         .as_bytes()
         .to_vec();
+    let name = String::from_utf8(name)
+        .ok()
+        .filter(|n| (1..=255).contains(&n.len()))
+        .ok_or_else(|| {
+            PyValueError::new_err("'comparator_name' must be 1 to 255 bytes of UTF-8")
+        })?;
     let py = cmp.py();
     for a in PROBE_KEYS {
         for b in PROBE_KEYS {
@@ -415,7 +446,7 @@ fn check_comparator(
                 return Err(PyNotImplementedError::new_err(format!(
                     "comparator {:?} is not supported: it orders {:?} and {:?} as {}, where bytewise \
                      order gives {}; CairnDB orders keys bytewise only",
-                    String::from_utf8_lossy(&name),
+                    name,
                     String::from_utf8_lossy(a),
                     String::from_utf8_lossy(b),
                     got.signum(),
@@ -424,7 +455,7 @@ fn check_comparator(
             }
         }
     }
-    Ok(())
+    Ok(name)
 }
 
 fn compression_of(c: Option<&Bound<'_, PyAny>>) -> PyResult<Compression> {
@@ -473,7 +504,7 @@ impl DB {
         comparator_name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyClassInitializer<Self>> {
         let _ = (paranoid_checks, bloom_filter_bits);
-        check_comparator(
+        let comparator_name = check_comparator(
             comparator.filter(|c| !c.is_none()),
             comparator_name.filter(|c| !c.is_none()),
         )?;
@@ -484,6 +515,7 @@ impl DB {
         let mut opts = Options {
             create_if_missing,
             error_if_exists,
+            comparator_name: Some(comparator_name),
             ..Options::default()
         };
         // plyvel's default compression is 'snappy'; `None` here means the

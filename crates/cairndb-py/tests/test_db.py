@@ -331,3 +331,22 @@ def test_damaged_table_raises_corruption_error(mod, tmp_path):
                 pass
         finally:
             db.close()
+
+
+def test_reopen_under_another_comparator_is_refused(mod, tmp_path):
+    path = str(tmp_path / "db")
+
+    def cmp(a, b):
+        return (a > b) - (a < b)
+
+    db = mod.DB(path, create_if_missing=True, comparator=cmp, comparator_name=b"MyBytewise")
+    db.put(b"k", b"v")
+    db.close()
+    # No comparator means LevelDB's bytewise one: another name.
+    with pytest.raises(mod.Error):
+        mod.DB(path)
+    with pytest.raises(mod.Error):
+        mod.DB(path, comparator=cmp, comparator_name=b"Other")
+    db = mod.DB(path, comparator=cmp, comparator_name=b"MyBytewise")
+    assert db.get(b"k") == b"v"
+    db.close()

@@ -32,6 +32,10 @@ pub enum ValueReads {
 
 /// How a database is opened and tuned. `Options::default()` suits a
 /// general-purpose store with a 256 MiB memory budget.
+/// The name LevelDB gives its bytewise comparator: the order of a
+/// database created without `Options::comparator_name`.
+pub const BYTEWISE_COMPARATOR: &str = "leveldb.BytewiseComparator";
+
 #[derive(Clone)]
 pub struct Options {
     /// The file system under the database (default: the real one).
@@ -40,6 +44,16 @@ pub struct Options {
     pub create_if_missing: bool,
     /// Fail if a database already exists at the path (default false).
     pub error_if_exists: bool,
+    /// The name of the key order, as LevelDB names its comparators
+    /// (default `None`: not checked). CairnDB orders keys bytewise only;
+    /// the name lets a database created under one comparator name refuse
+    /// an open under another, as LevelDB does (the C and Python bindings
+    /// pass their comparator's name, `leveldb.BytewiseComparator` when
+    /// none is set). A new database records the name given (manifest tag
+    /// 15); one created without a name is `BYTEWISE_COMPARATOR` and stays
+    /// unnamed. An open naming another order than the recorded one fails
+    /// with `InvalidArgument` (and keeps nothing it wrote). 1 to 255 bytes.
+    pub comparator_name: Option<String>,
     /// Bytes a memtable may hold before it is sealed and flushed.
     pub memtable_bytes: usize,
     /// Sealed memtables allowed to wait for flushing before writers stall.
@@ -289,6 +303,7 @@ impl Options {
             fs: Arc::new(PosixFs),
             create_if_missing: true,
             error_if_exists: false,
+            comparator_name: None,
             memtable_bytes: memtable,
             memtables_sealed_max: 2,
             block_cache_bytes: bytes / 4,
@@ -331,6 +346,11 @@ impl Options {
         let bad = |s: &str| Err(crate::Error::InvalidArgument(s.to_owned()));
         if self.memtable_bytes == 0 {
             return bad("memtable_bytes must be > 0");
+        }
+        if let Some(name) = &self.comparator_name
+            && !(1..=crate::format::manifest::COMPARATOR_NAME_MAX).contains(&name.len())
+        {
+            return bad("comparator_name must be 1 to 255 bytes");
         }
         if !(0.0..=1.0).contains(&self.value_gc_live_ratio) {
             return bad("value_gc_live_ratio must be in 0.0..=1.0");

@@ -927,3 +927,88 @@ fn damage_after_a_clean_close_is_corruption_not_a_cut() {
     let db = Db::open(dir(), mem_opts(&restore(&image, dir()), 64 << 20)).expect("reopen");
     assert_eq!(scan(&db).expect("scan").len(), 5000);
 }
+
+/// `Options::comparator_name`: a database created under a name refuses an
+/// open under another, as LevelDB refuses a different comparator; the
+/// name lives in the manifest through rolls, checkpoints and repair, and
+/// a database created without one is LevelDB's bytewise comparator.
+#[test]
+fn a_database_refuses_an_open_under_another_comparator_name() {
+    let fs = MemFs::new();
+    let named = |name: Option<&str>| Options {
+        comparator_name: name.map(str::to_owned),
+        ..mem_opts(&fs, 64 << 10)
+    };
+    let refused = |dir: &str, name: &str, recorded: &str| {
+        let Err(err) = Db::open(dir, named(Some(name))) else {
+            panic!("{dir} opened under {name}");
+        };
+        assert!(
+            matches!(err, Error::InvalidArgument(_))
+                && err.to_string().contains(name)
+                && err.to_string().contains(recorded),
+            "{err}"
+        );
+    };
+    let db = Db::open("/foo", named(Some("foo"))).expect("create under foo");
+    for i in 0..2000u32 {
+        db.put(format!("k{i:05}"), [7u8; 100]).expect("put");
+    }
+    db.flush().expect("flush");
+    db.checkpoint("/foo-ck").expect("checkpoint");
+    db.close().expect("close");
+    refused("/foo", "bar", "foo");
+    refused("/foo", cairndb::BYTEWISE_COMPARATOR, "foo");
+    refused("/foo-ck", "bar", "foo");
+    // Without a name nothing is checked; the name stays recorded.
+    Db::open("/foo", named(None))
+        .expect("unchecked")
+        .close()
+        .expect("close");
+    let db = Db::open("/foo", named(Some("foo"))).expect("same name");
+    assert_eq!(
+        db.get("k00007").expect("get").as_deref(),
+        Some(&[7u8; 100][..])
+    );
+    db.close().expect("close");
+    // Repair keeps it, from the old manifest or, once that is gone, from
+    // the name it is asked under.
+    Db::repair("/foo", &named(None)).expect("repair");
+    refused("/foo", "bar", "foo");
+    for name in fs.list(Path::new("/foo")).expect("list") {
+        if name.starts_with("MANIFEST") || name == "CURRENT" {
+            fs.remove(&Path::new("/foo").join(name)).expect("remove");
+        }
+    }
+    Db::repair("/foo", &named(Some("foo"))).expect("repair a lost manifest");
+    refused("/foo", "bar", "foo");
+    Db::open("/foo", named(Some("foo")))
+        .expect("foo")
+        .close()
+        .expect("close");
+
+    // Created unnamed and written: LevelDB's bytewise comparator.
+    let db = Db::open("/plain", named(None)).expect("create");
+    db.put("a", "b").expect("put");
+    db.close().expect("close");
+    refused("/plain", "foo", cairndb::BYTEWISE_COMPARATOR);
+    Db::open("/plain", named(Some(cairndb::BYTEWISE_COMPARATOR)))
+        .expect("bytewise")
+        .close()
+        .expect("close");
+    // Created unnamed but never written: the first name given is taken.
+    Db::open("/empty", named(None))
+        .expect("create")
+        .close()
+        .expect("close");
+    Db::open("/empty", named(Some("foo")))
+        .expect("empty")
+        .close()
+        .expect("close");
+    refused("/empty", "bar", "foo");
+    let long = "x".repeat(256);
+    assert!(matches!(
+        Db::open("/other", named(Some(&long))),
+        Err(Error::InvalidArgument(_))
+    ));
+}

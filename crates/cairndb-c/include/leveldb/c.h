@@ -175,7 +175,9 @@ void leveldb_options_destroy(leveldb_options_t*);
 /* CairnDB orders keys bytewise: a comparator is accepted (at open) if it
    is named "leveldb.BytewiseComparator" or orders a fixed set of probe
    keys as bytewise order does (its compare function is called then, and
-   never after); any other is refused. */
+   never after); any other is refused. Its name is recorded when the
+   database is created, and an open under another name is refused, as in
+   LevelDB. */
 void leveldb_options_set_comparator(leveldb_options_t*,
                                     leveldb_comparator_t*);
 /* Accepted; CairnDB builds its own filters. */

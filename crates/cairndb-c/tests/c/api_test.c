@@ -494,6 +494,14 @@ int main(int argc, char** argv) {
   CHECK_ERROR(err, "Invalid argument");
   leveldb_options_set_error_if_exists(options, 0);
 
+  /* The comparator's name is recorded: an open under another (here none,
+     which is LevelDB's bytewise comparator) is refused, naming both. */
+  leveldb_options_set_comparator(options, NULL);
+  db = leveldb_open(options, dbpath, &err);
+  CHECK(db == NULL);
+  CHECK_ERROR(err, "test.MemcmpComparator");
+  leveldb_options_set_comparator(options, bytewise);
+
   /* Repair: with the manifest and CURRENT deleted the database does not
      open; repair rebuilds them from the tables and journals, and every
      write is there again. Repairing an open database is refused. */

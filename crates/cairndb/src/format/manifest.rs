@@ -18,8 +18,12 @@
 //! | 12  | drop_keyspace | varint id: the keyspace is dropped; its tables are removed later |
 //! | 13  | add_table_in | varint keyspace (nonzero), then the fields of tag 5: a table of that keyspace |
 //! | 14  | next_keyspace | varint: keyspace ids below this were used (never reused) |
+//! | 15  | comparator   | len-prefixed UTF-8 name (1 to 255 bytes): the key order's name the database was created under (LevelDB's comparator name; the order itself is always bytewise) |
 
 use super::coding::{Reader, put_bytes, put_varint};
+
+/// Longest comparator name a manifest records (tag 15), in bytes.
+pub const COMPARATOR_NAME_MAX: usize = 255;
 use crate::limits::LEVELS;
 
 /// Version of the manifest format written by this build. Format 2 added
@@ -35,9 +39,10 @@ use crate::limits::LEVELS;
 /// data blocks), which an older build would take for damaged tables.
 /// Format 7 adds tags 11 to 14 (keyspaces) and says journal batches may
 /// hold ops of other keyspaces than the default (format.md §Batch).
-/// Format 8 adds no field but says tables may be of table version 5
-/// (properties naming their keyspace), which an older build would refuse
-/// as tables of an unsupported version. Formats 1 to 7 are read as they
+/// Format 8 adds tag 15 (the comparator name a database was created
+/// under) and says tables may be of table version 5 (properties naming
+/// their keyspace), which an older build would refuse as tables of an
+/// unsupported version. Formats 1 to 7 are read as they
 /// are, their journals with the framing of their format.
 pub const MANIFEST_FORMAT: u64 = 8;
 /// First manifest format whose journals use the numbered framing.
@@ -87,6 +92,9 @@ pub struct Edit {
     pub dropped_keyspaces: Vec<u32>,
     /// Keyspace ids below this were used.
     pub next_keyspace: Option<u32>,
+    /// The name of the key order the database was created under
+    /// (`Options::comparator_name`).
+    pub comparator: Option<String>,
 }
 
 /// A keyspace as recorded in the manifest (tag 11).
@@ -168,6 +176,10 @@ impl Edit {
         if let Some(n) = self.next_keyspace {
             put_varint(&mut out, 14);
             put_varint(&mut out, u64::from(n));
+        }
+        if let Some(name) = &self.comparator {
+            put_varint(&mut out, 15);
+            put_bytes(&mut out, name.as_bytes());
         }
         out
     }
@@ -256,6 +268,15 @@ impl Edit {
                     let n = u32::try_from(n).map_err(|_| format!("next keyspace {n}"))?;
                     e.next_keyspace = Some(n);
                 }
+                15 => {
+                    let name = r.len_prefixed().ok_or("comparator name truncated")?;
+                    let name = std::str::from_utf8(name)
+                        .map_err(|_| "comparator name is not UTF-8".to_string())?;
+                    if !(1..=COMPARATOR_NAME_MAX).contains(&name.len()) {
+                        return Err(format!("comparator name of {} bytes", name.len()));
+                    }
+                    e.comparator = Some(name.to_owned());
+                }
                 t => return Err(format!("unknown field tag {t}")),
             }
         }
@@ -295,6 +316,7 @@ mod tests {
             }],
             dropped_keyspaces: vec![2],
             next_keyspace: Some(4),
+            comparator: Some("foo".into()),
         };
         let mut e = e;
         e.added.push(TableRecord {
@@ -315,6 +337,8 @@ mod tests {
         assert!(Edit::decode(&[9, 0]).is_err()); // identity 0
         assert!(Edit::decode(&[12, 0]).is_err()); // keyspace 0
         assert!(Edit::decode(&[13, 0x80, 0x80, 0x80, 0x80, 0x10]).is_err()); // id past 32 bits
+        assert!(Edit::decode(&[15, 0]).is_err()); // empty comparator name
+        assert!(Edit::decode(&[15, 2, 0xff, 0xfe]).is_err()); // not UTF-8
     }
 }
 

@@ -115,6 +115,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
     let new_number = || next_file.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let manifest_seqno = rec.last_seqno;
     replay_journals(&listing, &opts, &table_opts, &reaper, &mut rec, &new_number)?;
+    check_comparator(&mut rec, &opts)?;
     listing.keep_free_journals(&reaper);
 
     let (journal_number, journal_file) = fresh_journal(&listing.dir, &reaper, &new_number)?;
@@ -176,6 +177,31 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
         blocks,
         opts,
     })
+}
+
+/// `Options::comparator_name` against the name the database was created
+/// under (a database without one is `BYTEWISE_COMPARATOR`): another name
+/// is refused, as LevelDB refuses it. A database with no write yet takes
+/// the name given; the manifest this open writes records it.
+fn check_comparator(rec: &mut Recovered, opts: &Options) -> Result<()> {
+    let Some(given) = opts.comparator_name.as_deref() else {
+        return Ok(());
+    };
+    let empty = rec.last_seqno == 0 && rec.version.levels.iter().all(Vec::is_empty);
+    match rec.version.comparator.as_deref() {
+        Some(recorded) if recorded == given => Ok(()),
+        None if empty => {
+            if given != crate::options::BYTEWISE_COMPARATOR {
+                rec.version.comparator = Some(Arc::from(given));
+            }
+            Ok(())
+        }
+        None if given == crate::options::BYTEWISE_COMPARATOR => Ok(()),
+        recorded => Err(Error::InvalidArgument(format!(
+            "comparator {given:?} does not match the database's comparator {:?}",
+            recorded.unwrap_or(crate::options::BYTEWISE_COMPARATOR)
+        ))),
+    }
 }
 
 /// A fresh journal for the open's writes (from a free file if one is

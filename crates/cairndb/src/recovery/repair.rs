@@ -473,6 +473,16 @@ fn rebuild(
     edit.keyspaces = keyspaces;
     let next_keyspace = registry.next_id();
     edit.next_keyspace = (next_keyspace > 1).then_some(next_keyspace);
+    // The comparator name: the old manifest's, else the one the repair
+    // is asked under (LevelDB's RepairDB records its options' comparator).
+    edit.comparator = salvaged
+        .as_ref()
+        .and_then(|r| r.version.comparator.as_deref().map(str::to_owned))
+        .or_else(|| {
+            opts.comparator_name
+                .clone()
+                .filter(|n| n != crate::options::BYTEWISE_COMPARATOR)
+        });
     for t in &kept {
         let level = if consistent {
             named.get(&t.number).map_or(0, |&(l, _)| l)

@@ -320,6 +320,9 @@ pub struct Version {
     pub segments: BTreeMap<u64, SegmentLive>,
     /// The keyspaces that exist (the default one aside).
     pub keyspaces: Arc<Registry>,
+    /// The name of the key order the database was created under
+    /// (manifest tag 15), if one was given.
+    pub comparator: Option<Arc<str>>,
     /// `Version::l0_depth`, computed when the version is built.
     l0_depth: usize,
 }
@@ -331,6 +334,9 @@ impl Version {
     /// (removes a table that is not there), which means a damaged manifest.
     pub fn apply(&self, edit: &Edit, reaper: &Arc<Reaper>) -> Result<(Version, Removed), String> {
         let mut v = self.clone();
+        if let Some(name) = &edit.comparator {
+            v.comparator = Some(Arc::from(name.as_str()));
+        }
         if !(edit.keyspaces.is_empty()
             && edit.dropped_keyspaces.is_empty()
             && edit.next_keyspace.is_none())
@@ -441,6 +447,7 @@ impl Version {
         e.keyspaces = self.keyspaces.iter().map(|k| (**k).clone()).collect();
         let next = self.keyspaces.next_id();
         e.next_keyspace = (next > 1).then_some(next);
+        e.comparator = self.comparator.as_deref().map(str::to_owned);
         e
     }
 
