@@ -52,15 +52,21 @@
 //!   durable then. Concurrent synced writes (appends, applies, votes of
 //!   this and other stores in the process) share fsyncs by CairnDB's group
 //!   commit.
-//! - `save_vote`, `truncate`, `apply`, `install_snapshot`, a built
-//!   snapshot: synced before the call returns.
-//! - `save_committed`, `purge`: not synced (they survive a process crash,
-//!   not necessarily a power cut). Losing either is harmless: the
-//!   committed id only lets a restart re-apply sooner, and a lost purge
-//!   leaves entries that are purged again (openraft purges up to the
-//!   applied id at startup when the log ends before it). A later synced
-//!   write makes them durable too, as CairnDB's journal is written in
-//!   order.
+//! - `save_vote`, `truncate`, `install_snapshot`, a built snapshot:
+//!   synced before the call returns.
+//! - `apply`, `save_committed`, `purge`: not synced (they survive a
+//!   process crash, not necessarily a power cut). Losing any of them is
+//!   harmless: an apply's entries are in the log, which keeps them until
+//!   a snapshot holds their effect, so a lost apply is applied again (at
+//!   startup up to the saved committed id, or once the leader tells the
+//!   node what is committed); the committed id only lets a restart
+//!   re-apply sooner; and a lost purge leaves entries that are purged
+//!   again (openraft purges up to the applied id at startup when the log
+//!   ends before it). A later synced write makes them durable too, as
+//!   CairnDB's journal is written in order: the next append makes every
+//!   apply before it durable, and so does recording a snapshot, which
+//!   is why the log never loses an entry whose apply a power cut can
+//!   still take away.
 //! - The state machine's data, applied log id and membership are written
 //!   in one batch per `apply` call, and a snapshot install replaces the
 //!   data, the applied state and the current snapshot in one batch: after
@@ -75,8 +81,9 @@
 //! - inside `save_vote` or `truncate`, before the write returned: the old
 //!   vote or log, as if the call had not been made; openraft acted on
 //!   neither before the call returned.
-//! - inside `apply`: the state machine before the call (openraft applies
-//!   the committed entries again) or after it, never a part.
+//! - inside `apply`, or after it and before the next synced write: the
+//!   state machine before the call (openraft applies the committed
+//!   entries again) or after it, never a part.
 //! - inside `install_snapshot`: the old data, applied state and current
 //!   snapshot, or the new ones. The purge openraft issues after an
 //!   install may be lost; see above.

@@ -4,10 +4,18 @@
 //!
 //! Invariants kept:
 //! - The data and the applied state change together: one batch per
-//!   `apply` call and one per `install_snapshot`, synced, so after any
-//!   crash the data is exactly the result of the entries up to the
-//!   recorded last applied id (a persistent state machine, in openraft's
-//!   words: a restart re-applies nothing it already holds).
+//!   `apply` call and one per `install_snapshot`, so after any crash the
+//!   data is exactly the result of the entries up to the recorded last
+//!   applied id (a persistent state machine, in openraft's words: a
+//!   restart re-applies nothing it already holds).
+//! - An `apply` is not synced: its entries are durable in the log
+//!   already, so an apply a power cut takes away is applied again from
+//!   the log. The log keeps them until a snapshot holds their effect
+//!   (openraft purges only entries a snapshot covers), and recording a
+//!   snapshot is a synced write, which makes every earlier apply durable
+//!   too (CairnDB's journal is written in order: a sync covers everything
+//!   appended before it). An install is synced: its data exists nowhere
+//!   else on this node.
 //! - The current snapshot never goes back: a built snapshot is recorded
 //!   only if it is not older than the one recorded.
 //!
@@ -136,9 +144,10 @@ impl StateMachine {
         Ok(out)
     }
 
-    async fn write(&self, batch: WriteBatch) -> Result<()> {
+    /// Writes `batch`, synced if `sync`, off the async runtime's workers.
+    async fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
         let db = self.shared.db.clone();
-        blocking(move || db.write(batch, &WriteOptions::synced()))
+        blocking(move || db.write(batch, &WriteOptions { sync }))
             .await
             .map_err(write_sm())
     }
@@ -295,9 +304,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         applied_state(&self.shared)
     }
 
-    /// Applies `entries` in one synced batch: their data changes, the last
+    /// Applies `entries` in one batch: their data changes, the last
     /// applied log id and, if one of them is a membership entry, the last
-    /// membership.
+    /// membership. Not synced (the module documentation says why): the
+    /// batch survives a process crash, and a power cut only if a later
+    /// synced write (the next append, a vote, a snapshot) followed it.
     async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
@@ -354,7 +365,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 .put_in(&self.shared.meta, KEY_MEMBERSHIP, to_json(m))
                 .map_err(write_sm())?;
         }
-        self.write(batch).await?;
+        self.write(batch, false).await?;
         Ok(responses)
     }
 
@@ -425,7 +436,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Under the snapshot lock, so that a builder's compare-and-record
         // does not straddle this write.
         let _one = self.snapshot_lock.lock().await;
-        self.write(batch).await
+        self.write(batch, true).await
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>> {

@@ -156,8 +156,12 @@ async fn power_cut_keeps_synced_appends_vote_and_applied_state() {
     let fs = MemFs::new();
     let (mut log, mut sm) = cairn_raft::open("/node", mem_opts(&fs)).expect("open");
     log.save_vote(&Vote::new(4, 1)).await.expect("vote");
-    log.blocking_append(entries(6)).await.expect("append");
-    sm.apply(entries(3)).await.expect("apply");
+    log.blocking_append(entries(5)).await.expect("append");
+    sm.apply(entries(3)).await.expect("apply (not synced)");
+    // The next append is synced, and its sync covers the apply before it.
+    log.blocking_append(entries(6).split_off(5))
+        .await
+        .expect("append");
     // The power fails while the store is open: only synced bytes remain.
     let image = fs.crash_image(Crash::Clean, 0);
     drop((log, sm));
@@ -176,10 +180,36 @@ async fn power_cut_keeps_synced_appends_vote_and_applied_state() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_power_cut_after_an_apply_keeps_the_entries_to_apply_again() {
+    // An apply is not synced: a power cut right after it may take it
+    // away, all of it, and the log still holds every entry it applied.
+    let fs = MemFs::new();
+    let (mut log, mut sm) = cairn_raft::open("/node", mem_opts(&fs)).expect("open");
+    log.blocking_append(entries(6)).await.expect("append");
+    sm.apply(entries(4)).await.expect("apply (not synced)");
+    let image = fs.crash_image(Crash::Clean, 0);
+    drop((log, sm));
+    let (mut log, mut sm) = cairn_raft::open("/node", mem_opts(&image)).expect("reopen");
+    assert_eq!(
+        log_ids(&mut log).await,
+        (1..=6).map(|i| log_id(1, 1, i)).collect::<Vec<_>>()
+    );
+    let (applied, _) = sm.applied_state().await.expect("applied");
+    assert_eq!(applied, None);
+    assert_eq!(sm.pairs().expect("pairs"), vec![]);
+    // Applied again from the log, it answers as the first time.
+    let replies = sm.apply(entries(4)).await.expect("apply again");
+    assert_eq!(replies[1], Response::Previous(None));
+    let (applied, _) = sm.applied_state().await.expect("applied");
+    assert_eq!(applied, Some(log_id(1, 1, 4)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn power_cut_in_any_place_leaves_a_consistent_store() {
     // Torn images keep a random prefix of what was not synced; whatever
     // they keep, the log stays consecutive, it holds every synced entry,
-    // and the state machine's data matches its applied id.
+    // and the state machine's data matches its applied id: the unsynced
+    // apply is there whole or not at all.
     let fs = MemFs::new();
     let (mut log, mut sm) = cairn_raft::open("/node", mem_opts(&fs)).expect("open");
     log.blocking_append(entries(20)).await.expect("append");
@@ -198,9 +228,15 @@ async fn power_cut_in_any_place_leaves_a_consistent_store() {
         let want: Vec<_> = (first..=20).map(|i| log_id(1, 1, i)).collect();
         assert_eq!(ids, want, "seed {seed}");
         let (applied, membership) = sm2.applied_state().await.expect("applied");
-        assert_eq!(applied, Some(log_id(1, 1, 12)), "seed {seed}");
-        assert_eq!(membership.log_id(), &Some(log_id(1, 1, 1)));
-        assert_eq!(sm2.pairs().expect("pairs").len(), 11, "seed {seed}");
+        let pairs = sm2.pairs().expect("pairs").len();
+        match applied {
+            Some(id) => {
+                assert_eq!(id, log_id(1, 1, 12), "seed {seed}");
+                assert_eq!(membership.log_id(), &Some(log_id(1, 1, 1)));
+                assert_eq!(pairs, 11, "seed {seed}");
+            }
+            None => assert_eq!(pairs, 0, "seed {seed}"),
+        }
     }
     drop((log, sm));
 }
