@@ -36,11 +36,13 @@ use openraft::{BasicNode, Raft};
 use serde::{Deserialize, Serialize};
 
 use super::network::{CutOff, PATH_APPEND, PATH_SNAPSHOT, PATH_VOTE};
+use super::propose::Proposer;
 use crate::{NodeId, Op, Request, StateMachine, TypeConfig};
 
 /// What the handlers share.
 pub(crate) struct App {
     pub raft: Raft<TypeConfig>,
+    pub proposer: Proposer,
     pub state_machine: StateMachine,
     pub cut_off: CutOff,
 }
@@ -155,9 +157,11 @@ fn error_answer(
         .into_response()
 }
 
+/// Proposes `request` through the node's proposer, which groups it with
+/// the writes that arrive beside it into one Raft entry.
 async fn write(app: &App, request: Request) -> HttpResponse {
-    match app.raft.client_write(request).await {
-        Ok(r) => Json(r.data).into_response(),
+    match app.proposer.write(request).await {
+        Ok(response) => Json(response).into_response(),
         Err(e) => raft_error(e),
     }
 }

@@ -22,11 +22,13 @@
 
 mod api;
 mod network;
+mod propose;
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use openraft::error::Fatal;
 use openraft::{Config, ConfigError, Raft};
 use tokio::sync::oneshot;
@@ -37,6 +39,7 @@ pub use api::{
 };
 use network::CutOff;
 pub use network::{HttpConnection, HttpNetwork};
+pub use propose::{GROUP_BYTES_MAX, GROUP_OPS_MAX, PROPOSALS_IN_FLIGHT_MAX};
 
 use crate::{NodeId, OpenError, StateMachine, TypeConfig};
 
@@ -71,7 +74,8 @@ impl std::error::Error for ServiceError {}
 /// snapshot every 5000 applied entries, heartbeats every 100 ms and
 /// elections after 300 to 600 ms of silence (a loopback or LAN cluster),
 /// snapshot chunks of 1 MiB (a JSON body of at most about 4 MiB, well
-/// under `BODY_BYTES_MAX`).
+/// under `BODY_BYTES_MAX`), and at most `APPEND_ENTRIES_MAX` entries per
+/// append RPC.
 pub fn config() -> Config {
     Config {
         heartbeat_interval: 100,
@@ -79,6 +83,7 @@ pub fn config() -> Config {
         election_timeout_max: 600,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(5000),
         snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
+        max_payload_entries: APPEND_ENTRIES_MAX,
         ..Config::default()
     }
 }
@@ -86,7 +91,17 @@ pub fn config() -> Config {
 /// Bytes of snapshot data per `install_snapshot` RPC.
 pub const SNAPSHOT_CHUNK_BYTES: u64 = 1 << 20;
 
+/// Entries per append RPC (openraft's `max_payload_entries`; its default
+/// is 300). An entry is a group of writes of up to `GROUP_BYTES_MAX` key
+/// and value bytes, which JSON writes as up to six bytes each (`\u0000`),
+/// so that an RPC of grouped entries stays under `BODY_BYTES_MAX`; one
+/// RPC of 64 groups already carries tens of thousands of small writes. A
+/// write larger than a group is an entry alone and is not bounded so.
+pub const APPEND_ENTRIES_MAX: u64 = 64;
+
 const _: () = assert!(SNAPSHOT_CHUNK_BYTES as usize * 4 + (1 << 20) < BODY_BYTES_MAX); // a chunk as a JSON array of numbers, with room to spare, fits a body
+const _: () =
+    assert!(APPEND_ENTRIES_MAX as usize * (GROUP_BYTES_MAX * 6 + (64 << 10)) < BODY_BYTES_MAX); // an RPC of full groups, escaped, with room for the JSON around each, fits a body
 
 /// A running node: its Raft and its HTTP server.
 pub struct Node {
@@ -135,11 +150,17 @@ impl Node {
         .map_err(|e| ServiceError::Raft(Box::new(e)))?;
         let app = Arc::new(api::App {
             raft: raft.clone(),
+            proposer: propose::Proposer::start(raft.clone()),
             state_machine: state_machine.clone(),
             cut_off: cut_off.clone(),
         });
         let debug_hooks = std::env::var(DEBUG_HOOKS_ENV).is_ok_and(|v| v == "1");
         let (stop_server, stopped) = oneshot::channel::<()>();
+        // Answers go out at once, not held back by Nagle's algorithm for
+        // the client's acknowledgement of the previous segment.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let server = tokio::spawn(async move {
             axum::serve(listener, api::router(app, debug_hooks))
                 .with_graceful_shutdown(async {
