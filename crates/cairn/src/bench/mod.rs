@@ -10,7 +10,7 @@
 //! - `engine`: the `Engine` trait and adapters (CairnDB and its control
 //!   variants; peers behind cargo features).
 //! - `workloads`: dbbench, synctx, ycsb, contest, txn-scaling, keyspaces,
-//!   checkpoint, follower.
+//!   checkpoint, follower, replicated.
 //! - `monitor`: the per-second timeline (ops, MB/s, CPU, disk, RSS).
 //! - `report`: the summary table, JSON lines, plots.
 
@@ -137,10 +137,11 @@ impl Row {
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Workloads to run, comma-separated: dbbench, synctx, ycsb,
-    /// txn-scaling, contest, keyspaces, checkpoint, follower. Without it,
-    /// the default suite runs all but keyspaces, checkpoint and follower,
-    /// with `contest` scaled down (1 GiB under a 512 MiB cap) so the
-    /// suite takes minutes.
+    /// txn-scaling, contest, keyspaces, checkpoint, follower, replicated
+    /// (built with the cargo feature `replicated`). Without it, the
+    /// default suite runs all but keyspaces, checkpoint, follower and
+    /// replicated, with `contest` scaled down (1 GiB under a 512 MiB cap)
+    /// so the suite takes minutes.
     #[arg(long, value_delimiter = ',')]
     pub workloads: Option<Vec<String>>,
     /// Engines to run side by side, comma-separated: cairndb, its
@@ -248,6 +249,13 @@ pub struct BenchArgs {
     /// (`Options::follow_every`).
     #[arg(long, default_value_t = 100)]
     pub follow_every_ms: u64,
+    /// replicated: concurrent writers, on the cluster and on the single
+    /// database each.
+    #[arg(long, default_value_t = 8)]
+    pub repl_clients: usize,
+    /// replicated: seconds of each side, all its slices together.
+    #[arg(long, default_value_t = 15.0)]
+    pub repl_secs: f64,
     /// Cache budget given to every engine, in MiB.
     #[arg(long, default_value_t = 64)]
     pub cache_mib: usize,
@@ -330,6 +338,7 @@ impl BenchArgs {
             self.ks_drop_mib = self.ks_drop_mib.min(8);
             self.ckpt_mib = self.ckpt_mib.min(8);
             self.follow_secs = self.follow_secs.min(0.5);
+            self.repl_secs = self.repl_secs.min(1.5);
             self.contest_keys = Some(self.contest_keys.unwrap_or(4_096).min(4_096));
             self.mem_cap_mib = Some(0);
             self.probe_mib = Some(self.probe_mib.unwrap_or(64).min(64));
@@ -491,6 +500,19 @@ pub fn run(mut args: BenchArgs) -> BenchResult<()> {
                         seed: args.seed,
                     },
                 ),
+                #[cfg(feature = "replicated")]
+                "replicated" => workloads::replicated::run(
+                    &mut ctx,
+                    &workloads::replicated::Config {
+                        clients: args.repl_clients.max(1),
+                        secs: args.repl_secs,
+                        value_len: args.value_size.max(16),
+                    },
+                ),
+                #[cfg(not(feature = "replicated"))]
+                "replicated" => Err("the replicated workload is built with the cargo feature \
+                     `replicated`: cargo run --release -p cairn --features replicated -- bench ..."
+                    .into()),
                 "checkpoint" => workloads::checkpoint::run(
                     &mut ctx,
                     &workloads::checkpoint::Config {

@@ -12,6 +12,8 @@ pub mod contest;
 pub mod dbbench;
 pub mod follower;
 pub mod keyspaces;
+#[cfg(feature = "replicated")]
+pub mod replicated;
 pub mod synctx;
 pub mod txn_scaling;
 pub mod ycsb;
