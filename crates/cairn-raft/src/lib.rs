@@ -54,9 +54,11 @@
 //!   commit.
 //! - `save_vote`, `truncate`, `install_snapshot`, a built snapshot:
 //!   synced before the call returns.
-//! - `apply`, `save_committed`, `purge`: not synced (they survive a
-//!   process crash, not necessarily a power cut). Losing any of them is
-//!   harmless: an apply's entries are in the log, which keeps them until
+//! - `apply`, `purge`: not synced (they survive a process crash, not
+//!   necessarily a power cut). `save_committed` writes nothing itself:
+//!   the id goes into the store's next write (an append, truncate, purge
+//!   or vote), and is lost if the store closes first. Losing any of them
+//!   is harmless: an apply's entries are in the log, which keeps them until
 //!   a snapshot holds their effect, so a lost apply is applied again (at
 //!   startup up to the saved committed id, or once the leader tells the
 //!   node what is committed); the committed id only lets a restart

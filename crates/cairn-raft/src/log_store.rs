@@ -41,6 +41,10 @@ const ENTRIES_PER_READ_MAX: usize = 1 << 20;
 #[derive(Debug, Clone)]
 pub struct LogStore {
     shared: Shared,
+    /// The committed id openraft saved last, if it is not written yet
+    /// (`Some`): it goes into the next batch this store writes, so that
+    /// saving it, once per commit, costs no write of its own.
+    committed: Option<Option<LogId<NodeId>>>,
 }
 
 /// Reads log entries for replication; taken from
@@ -111,7 +115,10 @@ fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry<TypeConfig>> {
 
 impl LogStore {
     pub(crate) fn new(shared: Shared) -> Self {
-        LogStore { shared }
+        LogStore {
+            shared,
+            committed: None,
+        }
     }
 
     /// The id of the last entry present, if any.
@@ -125,13 +132,19 @@ impl LogStore {
         }
     }
 
-    /// Writes `batch` (synced if `sync`) off the async runtime's workers.
+    /// Writes `batch` (synced if `sync`) off the async runtime's workers,
+    /// with the committed id saved since the last write, if any.
     async fn write(
-        &self,
-        batch: WriteBatch,
+        &mut self,
+        mut batch: WriteBatch,
         sync: bool,
         make: fn(openraft::AnyError) -> StorageIOError<NodeId>,
     ) -> Result<()> {
+        if let Some(committed) = self.committed.take() {
+            batch
+                .put_in(&self.shared.meta, KEY_COMMITTED, to_json(&committed))
+                .map_err(io(make))?;
+        }
         let db = self.shared.db.clone();
         blocking(move || db.write(batch, &WriteOptions { sync }))
             .await
@@ -202,17 +215,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.shared.meta_get(KEY_VOTE, StorageIOError::read_vote)
     }
 
-    /// Not synced: a committed id lost to a power cut only makes a
-    /// restart re-apply later, when the leader tells it again.
+    /// Not written now: kept, and written with the next batch this store
+    /// writes (an append, synced, or a truncate, purge or vote). A
+    /// committed id that is lost (to a power cut, or never written before
+    /// the store closed) only makes a restart re-apply later, when the
+    /// leader tells it again.
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<()> {
-        let mut batch = WriteBatch::new();
-        batch
-            .put_in(&self.shared.meta, KEY_COMMITTED, to_json(&committed))
-            .map_err(io(StorageIOError::write))?;
-        self.write(batch, false, StorageIOError::write).await
+        self.committed = Some(committed);
+        Ok(())
     }
 
+    /// The committed id saved last, written or not.
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>> {
+        if let Some(committed) = self.committed {
+            return Ok(committed);
+        }
         Ok(self
             .shared
             .meta_get::<Option<LogId<NodeId>>>(KEY_COMMITTED, StorageIOError::read)?
