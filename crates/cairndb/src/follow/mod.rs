@@ -483,9 +483,13 @@ impl Shared {
                     // that the record did not cover until now (a file
                     // numbered before the last counter read, added by a
                     // later edit), and its writer may have deleted it: if
-                    // the manifest moved, read again. An edit logged after
+                    // the manifest moved, read on from where this read
+                    // stopped (the new edits, then the journals past what
+                    // was read) and record again. An edit logged after
                     // this check comes before a deletion that sees the
-                    // record.
+                    // record. Reading on, not from the start, keeps each
+                    // retry as short as the edits it missed, so a writer
+                    // that edits its manifest often cannot outrun it.
                     if p.registration.is_some() {
                         let v = Arc::downgrade(&p.version);
                         if !p.held.iter().any(|w| w.ptr_eq(&v)) {
@@ -494,10 +498,6 @@ impl Shared {
                         self.record(&mut p)?;
                         if self.manifest_moved(&p) {
                             why = "the manifest grew while the record was written";
-                            p.manifest = None;
-                            p.seen = None;
-                            p.journals.clear();
-                            p.last = 0;
                             continue;
                         }
                     }
