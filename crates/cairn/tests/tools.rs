@@ -172,6 +172,13 @@ fn stats_verify_compact_and_a_damaged_table() {
     );
     let text = run(&["stats", d], 0);
     assert!(text.contains("space amplification") && text.contains("dead or not yet reclaimed"));
+    assert!(text.contains("since created"), "{text}");
+    // Since the database was created: `make`'s writes, flushed.
+    let lifetime = stats["lifetime_write_amplification"].as_f64().unwrap();
+    assert!(
+        (1.0..10.0).contains(&lifetime),
+        "lifetime write amplification {lifetime}"
+    );
     let v: serde_json::Value = serde_json::from_str(&run(&["verify", d, "--json"], 0)).unwrap();
     assert_eq!(v["ok"], true);
     assert!(

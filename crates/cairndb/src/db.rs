@@ -382,6 +382,8 @@ impl Db {
             user_bytes_written: inner.counters.user_bytes.load(Ordering::Relaxed),
             journal_bytes_written: inner.counters.journal_bytes.load(Ordering::Relaxed),
             table_bytes_written: inner.counters.table_bytes.load(Ordering::Relaxed),
+            lifetime_user_bytes: inner.write_totals().user,
+            lifetime_disk_bytes: inner.write_totals().disk,
             tables_per_level: view.version.levels.iter().map(Vec::len).collect(),
             bytes_per_level: (0..view.version.levels.len())
                 .map(|l| view.version.level_bytes(l))
@@ -498,6 +500,12 @@ pub struct Stats {
     pub journal_bytes_written: u64,
     /// Bytes of the tables flushes and compactions wrote since open.
     pub table_bytes_written: u64,
+    /// Since the database was created (as its manifest recorded them at
+    /// open, plus this handle's): the user's bytes and the bytes written
+    /// to disk for them (journals, tables, moved values). Writes a crash
+    /// cut off after the last manifest edit are not counted.
+    pub lifetime_user_bytes: u64,
+    pub lifetime_disk_bytes: u64,
     pub last_seqno: u64,
     pub flushes: u64,
     pub compactions: u64,
@@ -614,6 +622,13 @@ impl Stats {
             (self.journal_bytes_written + self.table_bytes_written + self.value_bytes_moved) as f64
                 / self.user_bytes_written as f64
         })
+    }
+
+    /// `write_amplification` since the database was created, or `None`
+    /// if nothing was ever written.
+    pub fn lifetime_write_amplification(&self) -> Option<f64> {
+        (self.lifetime_user_bytes > 0)
+            .then(|| self.lifetime_disk_bytes as f64 / self.lifetime_user_bytes as f64)
     }
 
     /// Share of block cache lookups since open that hit, or `None` before

@@ -81,7 +81,8 @@ pub(crate) struct Counters {
     pub settle_failures: AtomicU64,
     /// `Db::compact` calls (foreground work a settling step yields to).
     pub compact_calls: AtomicU64,
-    /// Bytes appended to journals since open.
+    /// Bytes appended to journals since open, and (about) the value bytes
+    /// appended to their value streams.
     pub journal_bytes: AtomicU64,
     /// Bytes of the batches committed since open (their keys, values
     /// and op headers, as `WriteBatch` encodes them).
@@ -123,6 +124,9 @@ pub(crate) struct Inner {
     pub tables: Arc<TableCache>,
     pub reaper: Arc<Reaper>,
     pub counters: Counters,
+    /// Bytes written since the database was created, as its manifest said
+    /// at open (`Inner::write_totals` adds this handle's).
+    pub totals_at_open: crate::format::manifest::WriteTotals,
     /// The directory lock, released by close (`Handle::close`), not when
     /// the last snapshot or iterator lets go of this state.
     pub lock: Mutex<Option<Box<dyn DirLock>>>,
@@ -173,6 +177,7 @@ impl Inner {
     /// The runtime state of a database just opened.
     pub fn new(o: Opened) -> Inner {
         assert_ne!(o.db_id, 0, "a database identity is never 0");
+        let totals_at_open = o.version.totals;
         assert!(
             o.next_file > o.journal.number(),
             "the fresh journal's number was handed out"
@@ -209,6 +214,7 @@ impl Inner {
             tables: o.tables,
             reaper: o.reaper,
             counters: Counters::default(),
+            totals_at_open,
             lock: Mutex::new(Some(o.lock)),
             blocks: o.blocks,
             workers: Arc::new(crate::pool::WorkerPool::new()),
@@ -271,6 +277,20 @@ impl Inner {
             .get(keyspace)
             .map_or(self.opts.table_bytes, |k| k.options.table_bytes);
         Some((opts, bytes))
+    }
+
+    /// Bytes written since the database was created: those its manifest
+    /// recorded at open, plus this handle's.
+    pub fn write_totals(&self) -> crate::format::manifest::WriteTotals {
+        let c = &self.counters;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        crate::format::manifest::WriteTotals {
+            user: self.totals_at_open.user + load(&c.user_bytes),
+            disk: self.totals_at_open.disk
+                + load(&c.journal_bytes)
+                + load(&c.table_bytes)
+                + load(&c.value_bytes_moved),
+        }
     }
 
     pub fn new_file_number(&self) -> u64 {

@@ -329,7 +329,7 @@ fn stats_count_bytes_written_and_block_cache_lookups() {
     let db = Db::open(
         "/db",
         Options {
-            fs: Arc::new(fs),
+            fs: Arc::new(fs.clone()),
             ..Options::default()
         },
     )
@@ -367,4 +367,22 @@ fn stats_count_bytes_written_and_block_cache_lookups() {
     assert!(read.block_cache_hits >= 2, "the later reads hit");
     let rate = read.block_cache_hit_rate().expect("lookups");
     assert!(rate > 0.0 && rate < 1.0, "hit rate {rate}");
+    // Lifetime totals outlive the handle (manifest tag 16).
+    assert_eq!(read.lifetime_user_bytes, read.user_bytes_written);
+    let before = db.stats();
+    db.close().expect("close");
+    let db = Db::open(
+        "/db",
+        Options {
+            fs: Arc::new(fs),
+            ..Options::default()
+        },
+    )
+    .expect("reopen");
+    let after = db.stats();
+    assert_eq!(after.user_bytes_written, 0, "nothing written by this open");
+    assert_eq!(after.lifetime_user_bytes, before.lifetime_user_bytes);
+    assert!(after.lifetime_disk_bytes >= before.lifetime_disk_bytes);
+    let wa = after.lifetime_write_amplification().expect("written");
+    assert!(wa > 1.0 && wa < 10.0, "lifetime write amplification {wa}");
 }

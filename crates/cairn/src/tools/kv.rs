@@ -160,8 +160,9 @@ pub struct DbArgs {
 
 /// The database's shape: per level, tables and bytes; memtables; value
 /// bytes live, dead and not yet settled; space on disk and its
-/// amplification; background work done and writers' stall time. Counters
-/// "since open" (write amplification and the block cache's hit rate in
+/// amplification; write amplification since the database was created;
+/// background work done and writers' stall time. Counters "since open"
+/// (the block cache's hit rate and this open's write amplification in
 /// `--json`, from `Db::stats`) count this tool's own open only: an
 /// application reads them from its own handle.
 pub fn stats(a: DbArgs) -> ToolResult {
@@ -210,6 +211,9 @@ pub fn stats(a: DbArgs) -> ToolResult {
             "journal_bytes_written": s.journal_bytes_written,
             "table_bytes_written": s.table_bytes_written,
             "write_amplification": s.write_amplification(),
+            "lifetime_user_bytes": s.lifetime_user_bytes,
+            "lifetime_disk_bytes": s.lifetime_disk_bytes,
+            "lifetime_write_amplification": s.lifetime_write_amplification(),
             "block_cache_hits": s.block_cache_hits,
             "block_cache_misses": s.block_cache_misses,
             "block_cache_hit_rate": s.block_cache_hit_rate(),
@@ -246,6 +250,12 @@ pub fn stats(a: DbArgs) -> ToolResult {
             "value files            {value_files} bytes ({value_dead} dead or not yet reclaimed)"
         );
         println!("directory              {dir_bytes} bytes (space amplification {space_amp:.2})");
+        if let Some(wa) = s.lifetime_write_amplification() {
+            println!(
+                "written                {} bytes by the user, {} to disk (write amplification {wa:.2}, since created)",
+                s.lifetime_user_bytes, s.lifetime_disk_bytes
+            );
+        }
         println!("last seqno             {}", s.last_seqno);
         println!(
             "since open             {} flushes, {} compactions, stalls {} us, slowdowns {} us",

@@ -19,6 +19,7 @@
 //! | 13  | add_table_in | varint keyspace (nonzero), then the fields of tag 5: a table of that keyspace |
 //! | 14  | next_keyspace | varint: keyspace ids below this were used (never reused) |
 //! | 15  | comparator   | len-prefixed UTF-8 name (1 to 255 bytes): the key order's name the database was created under (LevelDB's comparator name; the order itself is always bytewise) |
+//! | 16  | write_totals | varint user bytes, varint disk bytes: written since the database was created, as of this edit |
 
 use super::coding::{Reader, put_bytes, put_varint};
 
@@ -39,8 +40,8 @@ use crate::limits::LEVELS;
 /// data blocks), which an older build would take for damaged tables.
 /// Format 7 adds tags 11 to 14 (keyspaces) and says journal batches may
 /// hold ops of other keyspaces than the default (format.md §Batch).
-/// Format 8 adds tag 15 (the comparator name a database was created
-/// under) and says tables may be of table version 5 (properties naming
+/// Format 8 adds tags 15 (the comparator name a database was created
+/// under) and 16 (bytes written since it was created) and says tables may be of table version 5 (properties naming
 /// their keyspace), which an older build would refuse as tables of an
 /// unsupported version. Formats 1 to 7 are read as they
 /// are, their journals with the framing of their format.
@@ -95,6 +96,19 @@ pub struct Edit {
     /// The name of the key order the database was created under
     /// (`Options::comparator_name`).
     pub comparator: Option<String>,
+    /// Bytes written since the database was created, as of this edit.
+    pub totals: Option<WriteTotals>,
+}
+
+/// Bytes written since a database was created (manifest tag 16): by the
+/// user (batches as encoded), and to disk for them (journals and value
+/// streams, tables of flushes and compactions, values moved by value GC
+/// and settling). Counted up to the last edit a handle logged: what a
+/// crash cut off after it is not counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteTotals {
+    pub user: u64,
+    pub disk: u64,
 }
 
 /// A keyspace as recorded in the manifest (tag 11).
@@ -180,6 +194,11 @@ impl Edit {
         if let Some(name) = &self.comparator {
             put_varint(&mut out, 15);
             put_bytes(&mut out, name.as_bytes());
+        }
+        if let Some(t) = self.totals {
+            put_varint(&mut out, 16);
+            put_varint(&mut out, t.user);
+            put_varint(&mut out, t.disk);
         }
         out
     }
@@ -277,6 +296,13 @@ impl Edit {
                     }
                     e.comparator = Some(name.to_owned());
                 }
+                16 => {
+                    let mut num = || r.varint().ok_or("write totals field truncated");
+                    e.totals = Some(WriteTotals {
+                        user: num()?,
+                        disk: num()?,
+                    });
+                }
                 t => return Err(format!("unknown field tag {t}")),
             }
         }
@@ -317,6 +343,10 @@ mod tests {
             dropped_keyspaces: vec![2],
             next_keyspace: Some(4),
             comparator: Some("foo".into()),
+            totals: Some(WriteTotals {
+                user: 1 << 40,
+                disk: 3 << 40,
+            }),
         };
         let mut e = e;
         e.added.push(TableRecord {

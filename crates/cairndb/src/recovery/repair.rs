@@ -475,6 +475,7 @@ fn rebuild(
     edit.next_keyspace = (next_keyspace > 1).then_some(next_keyspace);
     // The comparator name: the old manifest's, else the one the repair
     // is asked under (LevelDB's RepairDB records its options' comparator).
+    edit.totals = salvaged.as_ref().map(|r| r.version.totals);
     edit.comparator = salvaged
         .as_ref()
         .and_then(|r| r.version.comparator.as_deref().map(str::to_owned))

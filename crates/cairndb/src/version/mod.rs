@@ -323,6 +323,9 @@ pub struct Version {
     /// The name of the key order the database was created under
     /// (manifest tag 15), if one was given.
     pub comparator: Option<Arc<str>>,
+    /// Bytes written since the database was created, as of the last edit
+    /// that said (manifest tag 16).
+    pub totals: crate::format::manifest::WriteTotals,
     /// `Version::l0_depth`, computed when the version is built.
     l0_depth: usize,
 }
@@ -336,6 +339,9 @@ impl Version {
         let mut v = self.clone();
         if let Some(name) = &edit.comparator {
             v.comparator = Some(Arc::from(name.as_str()));
+        }
+        if let Some(t) = edit.totals {
+            v.totals = t;
         }
         if !(edit.keyspaces.is_empty()
             && edit.dropped_keyspaces.is_empty()
@@ -448,6 +454,7 @@ impl Version {
         let next = self.keyspaces.next_id();
         e.next_keyspace = (next > 1).then_some(next);
         e.comparator = self.comparator.as_deref().map(str::to_owned);
+        e.totals = Some(self.totals);
         e
     }
 

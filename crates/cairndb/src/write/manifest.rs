@@ -108,6 +108,7 @@ impl Inner {
         }
         let edit = Edit {
             clean_close: Some((number, len)),
+            totals: Some(self.write_totals()),
             ..Edit::default()
         };
         m.append(&edit)
@@ -131,6 +132,7 @@ impl Inner {
             return Err(Error::Poisoned("an earlier manifest write failed".into()));
         }
         edit.next_file = Some(self.next_file.load(std::sync::atomic::Ordering::SeqCst));
+        edit.totals = Some(self.write_totals());
         let base = self.state.read().version.clone();
         // The engine builds every edit against the current version: one
         // that does not apply is the engine's bug.

@@ -318,6 +318,14 @@ impl Inner {
         } else {
             None
         };
+        if let Some((_, rep)) = &placed {
+            // The values' bytes went to the streams (their pointers stay
+            // in the batch): counted with the journal's.
+            self.counters.journal_bytes.fetch_add(
+                batch.rep.len().saturating_sub(rep.len()) as u64,
+                Ordering::Relaxed,
+            );
+        }
         let me = Arc::new(Pending {
             rep: batch.rep,
             placed,
