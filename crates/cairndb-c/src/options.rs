@@ -299,51 +299,14 @@ pub unsafe extern "C" fn leveldb_options_set_compression(o: *mut leveldb_options
 
 /// `leveldb_comparator_t`: a caller's comparator. It is called only at
 /// `leveldb_open`: its name, and, unless that is LevelDB's bytewise
-/// comparator's, its compare function on `PROBE_KEYS`
-/// (`leveldb_options_t::to_cairndb`).
+/// comparator's, its compare function on the probe keys of
+/// `cairndb::misorders` (`leveldb_options_t::to_cairndb`).
 pub struct leveldb_comparator_t {
     state: *mut c_void,
     destructor: Option<unsafe extern "C" fn(*mut c_void)>,
     compare: Option<CompareFn>,
     name: Option<unsafe extern "C" fn(*mut c_void) -> *const c_char>,
 }
-
-/// Keys a custom comparator is asked to order at open, every pair both
-/// ways: CairnDB takes a comparator under another name (LevelDB's own
-/// tests name a bytewise comparator "foo") only where it orders all of
-/// them as bytewise order does. The set covers what orderings other than
-/// bytewise differ on: the empty key, prefixes, case, digits compared as
-/// numbers, bytes above 0x7f (signed `char`), NUL, reversal, and length
-/// before content.
-const PROBE_KEYS: &[&[u8]] = &[
-    b"",
-    b"\x00",
-    b"\x00\x00",
-    b"\x01",
-    b"0",
-    b"1",
-    b"10",
-    b"2",
-    b"9",
-    b"A",
-    b"B",
-    b"Z",
-    b"a",
-    b"aa",
-    b"ab",
-    b"b",
-    b"ba",
-    b"z",
-    b"zz",
-    b"\x7f",
-    b"\x80",
-    b"\xfe",
-    b"\xff",
-    b"\xff\x00",
-    b"\xff\xff",
-    b"k00000000000000000001",
-    b"k00000000000000010000",
-];
 
 impl leveldb_comparator_t {
     /// The comparator's name (empty if it has no name function).
@@ -358,34 +321,33 @@ impl leveldb_comparator_t {
         unsafe { c_str(p) }.map(<[u8]>::to_vec).unwrap_or_default()
     }
 
-    /// The first pair of `PROBE_KEYS` this comparator orders otherwise
-    /// than bytewise, with the sign it gave; `None` if it orders them all
-    /// bytewise. A comparator without a compare function differs on the
-    /// first pair.
-    fn differs_from_bytewise(&self) -> Option<(&'static [u8], &'static [u8], i32)> {
+    /// The first pair of `cairndb::misorders`' probe keys this comparator
+    /// orders otherwise than bytewise, with the sign it gave; `None` if it
+    /// orders them all bytewise. A comparator without a compare function
+    /// misorders the first pair.
+    fn differs_from_bytewise(&self) -> Option<cairndb::Misordered> {
         let Some(compare) = self.compare else {
-            return Some((PROBE_KEYS[0], PROBE_KEYS[1], 0));
+            return Some((b"", b"\x00", 0));
         };
-        for a in PROBE_KEYS {
-            for b in PROBE_KEYS {
-                // SAFETY: the caller's function, called with the state it
-                // gave for it and two live buffers of the lengths passed,
-                // as LevelDB calls it.
-                let got = unsafe {
-                    compare(
-                        self.state,
-                        a.as_ptr().cast(),
-                        a.len(),
-                        b.as_ptr().cast(),
-                        b.len(),
-                    )
-                };
-                if got.signum() != a.cmp(b) as i32 {
-                    return Some((a, b, got.signum()));
-                }
-            }
+        let probe = cairndb::misorders(|a, b| {
+            // SAFETY: the caller's function, called with the state it gave
+            // for it and two live buffers of the lengths passed, as
+            // LevelDB calls it.
+            let got = unsafe {
+                compare(
+                    self.state,
+                    a.as_ptr().cast(),
+                    a.len(),
+                    b.as_ptr().cast(),
+                    b.len(),
+                )
+            };
+            Ok::<_, std::convert::Infallible>(i64::from(got))
+        });
+        match probe {
+            Ok(found) => found,
+            Err(never) => match never {},
         }
-        None
     }
 }
 

@@ -11,7 +11,7 @@
 
 use crate::cursor::{Cursor, Iterator, RawIterator, Spec};
 use crate::extras::{Keyspace, Transaction};
-use crate::{CLOSED_DB, OrPy, arg_bytes, engine_err, opt_bytes, prefix_successor, py_error};
+use crate::{CLOSED_DB, OrPy, arg_bytes, engine_err, opt_bytes, prefix_successor};
 use cairndb::{Compression, Options, WriteOptions};
 use parking_lot::{Mutex, RwLock};
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError};
@@ -373,40 +373,9 @@ pub struct DB {
     name: Py<PyAny>,
 }
 
-/// Keys a custom comparator orders at open: what orderings other than
-/// bytewise differ on (the empty key, NUL, prefixes, case, digits as
-/// numbers, bytes above 0x7f, reversal, length first).
-const PROBE_KEYS: &[&[u8]] = &[
-    b"",
-    b"\x00",
-    b"\x00\x00",
-    b"\x01",
-    b"0",
-    b"1",
-    b"10",
-    b"2",
-    b"9",
-    b"A",
-    b"B",
-    b"Z",
-    b"a",
-    b"aa",
-    b"ab",
-    b"b",
-    b"ba",
-    b"z",
-    b"zz",
-    b"\x7f",
-    b"\x80",
-    b"\xfe",
-    b"\xff",
-    b"\xff\x00",
-    b"\xff\xff",
-];
-
 /// plyvel's rules for `comparator` and `comparator_name` (both or
 /// neither; a callable; a bytes name), then CairnDB's: the comparator
-/// must order `PROBE_KEYS` bytewise. Returns the name the database is
+/// must order the probe keys of `cairndb::misorders` bytewise. Returns the name the database is
 /// opened under (`Options::comparator_name`): the one given, else
 /// LevelDB's bytewise comparator's.
 fn check_comparator(
@@ -437,23 +406,19 @@ fn check_comparator(
             PyValueError::new_err("'comparator_name' must be 1 to 255 bytes of UTF-8")
         })?;
     let py = cmp.py();
-    for a in PROBE_KEYS {
-        for b in PROBE_KEYS {
-            let got: i64 = cmp
-                .call1((PyBytes::new(py, a), PyBytes::new(py, b)))?
-                .extract()?;
-            if got.signum() != a.cmp(b) as i64 {
-                return Err(PyNotImplementedError::new_err(format!(
-                    "comparator {:?} is not supported: it orders {:?} and {:?} as {}, where bytewise \
-                     order gives {}; CairnDB orders keys bytewise only",
-                    name,
-                    String::from_utf8_lossy(a),
-                    String::from_utf8_lossy(b),
-                    got.signum(),
-                    a.cmp(b) as i64,
-                )));
-            }
-        }
+    let probe = cairndb::misorders(|a, b| {
+        cmp.call1((PyBytes::new(py, a), PyBytes::new(py, b)))?
+            .extract::<i64>()
+    })?;
+    if let Some((a, b, got)) = probe {
+        return Err(PyNotImplementedError::new_err(format!(
+            "comparator {:?} is not supported: it orders {:?} and {:?} as {got}, where bytewise \
+             order gives {}; CairnDB orders keys bytewise only",
+            name,
+            String::from_utf8_lossy(a),
+            String::from_utf8_lossy(b),
+            a.cmp(b) as i64,
+        )));
     }
     Ok(name)
 }

@@ -64,7 +64,9 @@ pub use keyspace::{Keyspace, KeyspaceOptions};
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use options::Sabotage;
-pub use options::{BYTEWISE_COMPARATOR, Compression, Options, ValueReads, WriteOptions};
+pub use options::{
+    BYTEWISE_COMPARATOR, Compression, Misordered, Options, ValueReads, WriteOptions, misorders,
+};
 pub use read::iter::{Iter, KeyValue};
 pub use recovery::repair::{
     JournalReplay, ManifestSalvage, RepairProgress, RepairReport, TableKept, TableLost,

@@ -36,6 +36,65 @@ pub enum ValueReads {
 /// database created without `Options::comparator_name`.
 pub const BYTEWISE_COMPARATOR: &str = "leveldb.BytewiseComparator";
 
+/// Keys a foreign comparator (a binding's caller's) is asked to order,
+/// every pair both ways, by [`misorders`]. They cover what orderings other
+/// than bytewise differ on: the empty key, NUL, prefixes, case, digits
+/// compared as numbers, bytes above 0x7f (signed `char`), reversal, and
+/// length before content.
+const PROBE_KEYS: &[&[u8]] = &[
+    b"",
+    b"\x00",
+    b"\x00\x00",
+    b"\x01",
+    b"0",
+    b"1",
+    b"10",
+    b"2",
+    b"9",
+    b"A",
+    b"B",
+    b"Z",
+    b"a",
+    b"aa",
+    b"ab",
+    b"b",
+    b"ba",
+    b"z",
+    b"zz",
+    b"\x7f",
+    b"\x80",
+    b"\xfe",
+    b"\xff",
+    b"\xff\x00",
+    b"\xff\xff",
+    b"k00000000000000000001",
+    b"k00000000000000010000",
+];
+
+/// Two keys a comparator ordered otherwise than bytewise, and the sign
+/// it gave (`misorders`).
+pub type Misordered = (&'static [u8], &'static [u8], i64);
+
+/// For bindings that take a LevelDB-style comparator: the first pair of a
+/// fixed set of probe keys that `compare` (negative, zero or positive, as
+/// `memcmp`) orders otherwise than bytewise order, with the sign it gave;
+/// `Ok(None)` if it orders them all bytewise, which is when CairnDB can
+/// take it (it orders keys bytewise only). An error of `compare` ends the
+/// probe.
+pub fn misorders<E>(
+    mut compare: impl FnMut(&[u8], &[u8]) -> Result<i64, E>,
+) -> Result<Option<Misordered>, E> {
+    for a in PROBE_KEYS {
+        for b in PROBE_KEYS {
+            let got = compare(a, b)?.signum();
+            if got != a.cmp(b) as i64 {
+                return Ok(Some((a, b, got)));
+            }
+        }
+    }
+    Ok(None)
+}
+
 #[derive(Clone)]
 pub struct Options {
     /// The file system under the database (default: the real one).
@@ -418,5 +477,31 @@ impl WriteOptions {
     /// Options for a synced write.
     pub fn synced() -> Self {
         WriteOptions { sync: true }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::misorders;
+
+    fn sign(o: std::cmp::Ordering) -> Result<i64, ()> {
+        Ok(o as i64)
+    }
+
+    #[test]
+    fn only_bytewise_orders_pass_the_probe() {
+        assert_eq!(misorders(|a, b| sign(a.cmp(b))), Ok(None));
+        // memcmp's magnitudes are not signs: any negative is "less".
+        assert_eq!(misorders(|a, b| sign(a.cmp(b)).map(|s| s * 7)), Ok(None));
+        let reverse = misorders(|a, b| sign(b.cmp(a))).expect("no error");
+        assert!(reverse.is_some());
+        let folded = |k: &[u8]| k.to_ascii_lowercase();
+        let (a, b, _) = misorders(|a, b| sign(folded(a).cmp(&folded(b))))
+            .expect("no error")
+            .expect("case-insensitive order differs");
+        assert_eq!(a.to_ascii_lowercase(), b.to_ascii_lowercase());
+        let by_length = misorders(|a, b| sign(a.len().cmp(&b.len()).then(a.cmp(b))));
+        assert!(by_length.expect("no error").is_some());
+        assert_eq!(misorders(|_, _| Err::<i64, _>("boom")), Err("boom"));
     }
 }
