@@ -4,7 +4,7 @@
 use crate::options::{free_box, write_options};
 use crate::{
     bytes, c_str, call, leveldb_options_t, leveldb_readoptions_t, leveldb_writebatch_t,
-    leveldb_writeoptions_t, malloc_bytes, malloc_string, quiet, status,
+    leveldb_writeoptions_t, malloc_string, quiet, status,
 };
 use cairndb::Db;
 use libc::{c_char, c_int, size_t};
@@ -171,11 +171,12 @@ pub(crate) unsafe fn hand_out(
     let (p, n) = match value {
         None => (std::ptr::null_mut(), 0),
         Some(v) => {
-            let p = malloc_bytes(&v);
+            let n = v.len();
+            let p = crate::vec_for_c(v);
             if p.is_null() {
                 return Err("IO error: out of memory for the value".into());
             }
-            (p, v.len())
+            (p, n)
         }
     };
     if !vallen.is_null() {

@@ -145,6 +145,31 @@ pub(crate) unsafe fn set_error(errptr: *mut *mut c_char, msg: &str) {
     }
 }
 
+/// Every Rust allocation in this library, the engine's included, goes
+/// to libc's `malloc` family: `System` on Unix allocates with `malloc`
+/// (or `posix_memalign` for alignments above 16, which `free` also
+/// takes) and grows with `realloc`. So a `Vec<u8>` the engine returns can
+/// be handed to C as it is, for the caller's `free` (`vec_for_c`), instead
+/// of being copied into a second buffer. A Rust program that links this
+/// crate and sets a global allocator of its own fails to build (two
+/// global allocators), rather than getting buffers `free` cannot take.
+#[global_allocator]
+static MALLOC: std::alloc::System = std::alloc::System;
+
+/// `v`'s buffer, for C to `free`: the bytes are not copied (see
+/// `MALLOC`). An empty vector owns no buffer, so it gets a fresh 1-byte
+/// one (a non-NULL pointer, as LevelDB returns for an empty value); NULL
+/// if that `malloc` fails.
+pub(crate) fn vec_for_c(v: Vec<u8>) -> *mut c_char {
+    if v.capacity() == 0 {
+        return malloc_bytes(&[]);
+    }
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // The buffer came from `malloc` or `realloc` (`MALLOC`); ownership
+    // passes to the caller, who frees it with `free`/`leveldb_free`.
+    v.as_mut_ptr().cast()
+}
+
 /// A `malloc`ed copy of `bytes` (at least one byte allocated, so an empty
 /// value is a non-NULL pointer), or NULL if `malloc` fails.
 pub(crate) fn malloc_bytes(bytes: &[u8]) -> *mut c_char {
