@@ -42,7 +42,6 @@ use crate::error::{Error, Result};
 use crate::format::batch as batch_codec;
 use crate::format::key::Kind;
 use crate::format::log::{self, RecordKind, Tail};
-use crate::format::manifest::MANIFEST_FORMAT;
 use crate::format::reader::ReaderRecord;
 use crate::io::Fs;
 use crate::keyspace::{DEFAULT_ID, DEFAULT_NAME, Separation};
@@ -438,13 +437,8 @@ impl ReadOnlySnapshot {
 
 fn empty_recovered() -> Recovered {
     Recovered {
-        version: Version::default(),
-        journal_floor: 0,
         next_file: 0,
-        last_seqno: 0,
-        format: MANIFEST_FORMAT,
-        db_id: None,
-        clean_close: None,
+        ..Recovered::new_database()
     }
 }
 
@@ -683,11 +677,7 @@ impl Shared {
             return Err(Step::Retry("the manifest holds no intact edit yet"));
         }
         let whole = base.is_none();
-        let mut rec = base.unwrap_or_else(|| Recovered {
-            next_file: 1,
-            format: 0,
-            ..empty_recovered()
-        });
+        let mut rec = base.unwrap_or_else(Recovered::before_manifest);
         for (i, (offset, kind, payload)) in scan.records.iter().enumerate() {
             let at = from as u64 + offset;
             let bad = |d: String| Step::Fail(Error::corruption(&path, at, d));

@@ -23,7 +23,8 @@
 //! Faults ([`MemFs::inject`]) make a chosen operation fail once or every
 //! time: `EIO` or `ENOSPC` (a failed append may leave a prefix of its
 //! bytes), a Linux-style lost fsync (returns `EIO`, the dirty bytes are
-//! dropped from the device but stay readable, and the next fsync succeeds),
+//! dropped from the device but stay readable, and the next fsync succeeds;
+//! only a device read, [`Fs::open_device`], sees that they are gone),
 //! a bit flipped on read, or a misdirected write (a sync lands its bytes
 //! 4 KiB too early in the file and reports success).
 //!
@@ -200,11 +201,12 @@ impl NodeData {
         }
     }
 
-    /// What the device held at `range` before the pending writes: its
-    /// durable bytes, zeros past the durable size.
-    fn restore_old(&self, image: &mut [u8], range: Range<usize>) {
+    /// What the device held at `range` of an image of the file from
+    /// offset `base` before the pending writes: its durable bytes, zeros
+    /// past the durable size.
+    fn restore_old(&self, image: &mut [u8], range: Range<usize>, base: usize) {
         for i in range {
-            image[i] = self.durable.get(i).copied().unwrap_or(0);
+            image[i] = self.durable.get(base + i).copied().unwrap_or(0);
         }
     }
 
@@ -213,15 +215,29 @@ impl NodeData {
     /// earlier damage stays), then the live bytes, except that ranges a
     /// failed fsync dropped keep what the device held before.
     fn synced(&self) -> Vec<u8> {
-        let mut image = self.live.clone();
+        self.device(0..self.live.len())
+    }
+
+    /// What a direct read of `range` (within the live size) returns: the
+    /// device's bytes, as `synced` gives them, since such a read writes
+    /// the dirty pages out first. So it differs from a buffered read only
+    /// where the durable bytes were damaged, and where a failed fsync
+    /// dropped pages the page cache still shows.
+    fn device(&self, range: Range<usize>) -> Vec<u8> {
+        let base = range.start;
+        let mut image = self.live[range.clone()].to_vec();
+        let mut old = vec![0u8; image.len()];
+        self.restore_old(&mut old, 0..image.len(), base);
         for r in &self.lost {
-            let end = r.end.min(image.len());
-            if r.start < end {
-                self.restore_old(&mut image, r.start..end);
+            let (from, to) = (r.start.max(range.start), r.end.min(range.end));
+            if from < to {
+                image[from - base..to - base].copy_from_slice(&old[from - base..to - base]);
             }
         }
-        let keep = self.dirty_from().min(image.len());
-        image[..keep].copy_from_slice(&self.durable[..keep]);
+        let keep = self.dirty_from().min(range.end);
+        if base < keep {
+            image[..keep - base].copy_from_slice(&old[..keep - base]);
+        }
         image
     }
 }
@@ -483,6 +499,48 @@ impl MemFs {
         out
     }
 
+    /// A new, independent file system in the state a crash of the process
+    /// leaves this one in: every file as it is, its bytes synced or not
+    /// (the page cache stays), its pending names and the pages a failed
+    /// fsync dropped included; no locks held. Unlike `fork`, nothing is
+    /// made durable, so a power cut of the copy still loses what was not
+    /// synced.
+    pub fn after_process_crash(&self) -> MemFs {
+        let state = self.shared.state.lock();
+        let out = MemFs::with_seed(state.rng);
+        // One copy per node, shared by every map that names it.
+        let mut copies: std::collections::HashMap<*const Node, Arc<Node>> =
+            std::collections::HashMap::new();
+        let mut copy = |node: &Arc<Node>| {
+            copies
+                .entry(Arc::as_ptr(node))
+                .or_insert_with(|| {
+                    Arc::new(Node {
+                        data: Mutex::new(node.data.lock().clone()),
+                    })
+                })
+                .clone()
+        };
+        {
+            let mut out_state = out.shared.state.lock();
+            out_state.dirs = state.dirs.clone();
+            for (path, node) in &state.live {
+                out_state.live.insert(path.clone(), copy(node));
+            }
+            for (path, node) in &state.durable {
+                out_state.durable.insert(path.clone(), copy(node));
+            }
+            for op in &state.pending {
+                out_state.pending.push(match op {
+                    NsOp::Put(p, n) => NsOp::Put(p.clone(), copy(n)),
+                    NsOp::Remove(p) => NsOp::Remove(p.clone()),
+                    NsOp::Rename(a, b, n) => NsOp::Rename(a.clone(), b.clone(), copy(n)),
+                });
+            }
+        }
+        out
+    }
+
     /// Test hook: replaces the byte at `offset` of `path` with `f(byte)`,
     /// in both the live and the durable image. Returns false if out of range.
     pub fn mutate_byte(&self, path: &Path, offset: usize, f: impl FnOnce(u8) -> u8) -> bool {
@@ -617,7 +675,7 @@ fn torn_image(data: &NodeData, rng: &mut u64) -> Vec<u8> {
         // Per page: kept (new bytes), lost (old bytes), or damaged by sector.
         match below(rng, 8) {
             0..=3 => {}
-            4 => data.restore_old(&mut image, start..end),
+            4 => data.restore_old(&mut image, start..end, 0),
             _ => damage_sectors(data, &mut image[..end], start, page * PAGE, rng),
         }
         page += 1;
@@ -648,16 +706,16 @@ fn damage_sectors(
         let sector_start = page_start + s * SECTOR;
         match mode {
             // Left part written: sectors from `split` on never made it.
-            0 if sector_start >= split => data.restore_old(image, lo..hi),
+            0 if sector_start >= split => data.restore_old(image, lo..hi, 0),
             // Right part written: sectors before `split` never made it.
-            1 if sector_start < split => data.restore_old(image, lo..hi),
+            1 if sector_start < split => data.restore_old(image, lo..hi, 0),
             // Garbage in one sector out of two.
             2 if s % 2 == 0 => {
                 for b in &mut image[lo..hi] {
                     *b = next_random(rng) as u8;
                 }
             }
-            3 => data.restore_old(image, lo..hi),
+            3 => data.restore_old(image, lo..hi, 0),
             _ => {}
         }
     }
@@ -773,7 +831,7 @@ fn sync_node(fs: &MemFs, path: &Path, node: &Node) -> io::Result<()> {
             let dirty = image[from..].to_vec();
             let mut device = image;
             let len = device.len();
-            d.restore_old(&mut device, from..len);
+            d.restore_old(&mut device, from..len, 0);
             let at = from.saturating_sub(PAGE);
             let n = dirty.len().min(device.len() - at);
             device[at..at + n].copy_from_slice(&dirty[..n]);
@@ -796,6 +854,9 @@ struct MemRead {
     fs: MemFs,
     path: PathBuf,
     node: Arc<Node>,
+    /// Reads see what the device holds (`Fs::open_device`), not the
+    /// live bytes.
+    device: bool,
 }
 
 impl FileRead for MemRead {
@@ -811,7 +872,11 @@ impl FileRead for MemRead {
                 "read past end of file",
             ));
         };
-        buf.copy_from_slice(src);
+        if self.device {
+            buf.copy_from_slice(&d.device(start..start + buf.len()));
+        } else {
+            buf.copy_from_slice(src);
+        }
         if let Some((FaultKind::FlipOnRead, word)) = fault
             && !buf.is_empty()
         {
@@ -883,7 +948,23 @@ impl Fs for MemFs {
             fs: self.clone(),
             path: path.to_path_buf(),
             node: self.node(path)?,
+            device: false,
         }))
+    }
+
+    fn sync_file(&self, path: &Path) -> io::Result<()> {
+        let node = self.node(path)?;
+        sync_node(self, path, &node)
+    }
+
+    fn open_device(&self, path: &Path) -> io::Result<Option<Arc<dyn FileRead>>> {
+        MemFs::fail(self.begin(OpKind::Open, path))?;
+        Ok(Some(Arc::new(MemRead {
+            fs: self.clone(),
+            path: path.to_path_buf(),
+            node: self.node(path)?,
+            device: true,
+        })))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

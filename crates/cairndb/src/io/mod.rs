@@ -287,6 +287,23 @@ pub trait Fs: Send + Sync + 'static {
     fn open_direct(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
         self.open(path)
     }
+    /// Makes what was written to the existing file `path` durable, as a
+    /// sync of its writer would (an fdatasync through a descriptor of its
+    /// own). Recovery syncs the newest journal and its value streams so
+    /// before it asks the device what they hold ([`Fs::open_device`]).
+    /// `Unsupported` by default.
+    fn sync_file(&self, _path: &Path) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    /// Opens the existing file `path` to read what the device holds, not
+    /// what the page cache shows: after a failed fsync the kernel may go
+    /// on showing bytes the device never got ("lost" writeback), and a
+    /// later fsync does not write them again. Read with [`read_direct`].
+    /// A file system whose page cache is its only storage (tmpfs) gives a
+    /// plain reader; `None` where the backend cannot read past its cache.
+    fn open_device(&self, _path: &Path) -> io::Result<Option<Arc<dyn FileRead>>> {
+        Ok(None)
+    }
     /// Atomically replaces `to` with `from`.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes `to` (which must not exist) a second name of the existing

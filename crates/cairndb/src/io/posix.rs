@@ -187,6 +187,23 @@ fn cached_whole(file: &File, offset: u64, len: u64) -> bool {
     stat.nr_cache >= pages
 }
 
+/// `statfs` magic number of tmpfs (linux/magic.h).
+const TMPFS_MAGIC: libc::__fsword_t = 0x0102_1994;
+
+/// True if `file` lives on a file system whose page cache is its only
+/// storage (tmpfs): what reads show is all it holds.
+fn in_memory_only(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `fstatfs` writes one `statfs` into the buffer it is given,
+    // which is that large; the descriptor is open while `file` is
+    // borrowed. The buffer is read only if the call succeeded.
+    let ok = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) } == 0;
+    // SAFETY: zeroed is a valid `statfs` (plain integers), filled in by a
+    // successful call.
+    ok && unsafe { st.assume_init() }.f_type == TMPFS_MAGIC
+}
+
 struct PosixRead {
     file: File,
     len: u64,
@@ -314,6 +331,35 @@ impl Fs for PosixFs {
             }
             // File systems without direct IO (tmpfs) refuse the flag.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.open(path),
+            Err(e) => Err(e),
+        }
+    }
+    fn sync_file(&self, path: &Path) -> io::Result<()> {
+        // Linux syncs a file through any descriptor of it, read-only ones
+        // too.
+        File::open(path)?.sync_data()
+    }
+    fn open_device(&self, path: &Path) -> io::Result<Option<Arc<dyn FileRead>>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+        {
+            Ok(file) => {
+                let len = file.metadata()?.len();
+                Ok(Some(Arc::new(PosixRead { file, len })))
+            }
+            // Without direct IO, only a file system that keeps its files
+            // in the page cache alone can say what it holds.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                let file = File::open(path)?;
+                if !in_memory_only(&file) {
+                    return Ok(None);
+                }
+                let len = file.metadata()?.len();
+                Ok(Some(Arc::new(PosixRead { file, len })))
+            }
             Err(e) => Err(e),
         }
     }

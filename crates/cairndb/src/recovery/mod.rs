@@ -81,6 +81,29 @@ pub(crate) struct Recovered {
 }
 
 impl Recovered {
+    /// What a new database starts from: no table, no write, this build's
+    /// manifest format.
+    pub(crate) fn new_database() -> Recovered {
+        Recovered {
+            version: Version::default(),
+            journal_floor: 0,
+            next_file: 1,
+            last_seqno: 0,
+            format: MANIFEST_FORMAT,
+            db_id: None,
+            clean_close: None,
+        }
+    }
+
+    /// What a manifest's edits are replayed onto: a new database whose
+    /// format the first edit names.
+    pub(crate) fn before_manifest() -> Recovered {
+        Recovered {
+            format: 0,
+            ..Recovered::new_database()
+        }
+    }
+
     /// How the records of journal `number` (at or above the floor) are
     /// framed: journals a format-3 manifest's floor covers were written by
     /// a build that numbers its records.
@@ -444,15 +467,7 @@ fn read_or_create_manifest(
             ));
         }
     }
-    Ok(Recovered {
-        version: Version::default(),
-        journal_floor: 0,
-        next_file: 1,
-        last_seqno: 0,
-        format: MANIFEST_FORMAT,
-        db_id: None,
-        clean_close: None,
-    })
+    Ok(Recovered::new_database())
 }
 
 /// Replays every journal at or above the manifest's floor, in order, into
@@ -633,15 +648,7 @@ fn read_manifest(fs: &dyn Fs, dir: &Path, reaper: &Arc<Reaper>) -> Result<Recove
     if scan.records.is_empty() {
         return Err(Error::corruption(&path, 0, "manifest holds no intact edit"));
     }
-    let mut rec = Recovered {
-        version: Version::default(),
-        journal_floor: 0,
-        next_file: 1,
-        last_seqno: 0,
-        format: 0,
-        db_id: None,
-        clean_close: None,
-    };
+    let mut rec = Recovered::before_manifest();
     for (i, (offset, kind, payload)) in scan.records.iter().enumerate() {
         let bad = |d: String| Error::corruption(&path, *offset, d);
         if *kind != RecordKind::Edit {
@@ -887,6 +894,13 @@ impl Replay<'_> {
         let records = self.intact_records(&path, &data, framing, end, *last_seqno)?;
         let may_be_torn = end == End::MayBeTorn(true);
         let vouched = vouched(&records, may_be_torn);
+        // Where the device holds the journal as read, from the first
+        // record no sync vouched for (`on_device`), found when one is met.
+        let mut on_device = None;
+        let records_end = records
+            .last()
+            .and_then(|&(_, _, p)| Some(log::offset_in(&data, p)? + p.len() as u64))
+            .unwrap_or(0);
         let mut streams = StreamFiles::default();
         for (offset, kind, payload) in records {
             let bad = |d: String| Error::corruption(&path, offset, d);
@@ -899,35 +913,44 @@ impl Replay<'_> {
                 unreachable!("a record's payload is a slice of its file");
             };
             let synced = last <= vouched;
-            let place = synced.then_some(at);
+            // Values stay where they lie in the journal if a sync vouched
+            // for the record, or if the device holds the record now that
+            // the open synced the journal; otherwise they are copied into
+            // the tables the open writes.
+            let held = synced
+                || *on_device.get_or_insert_with(|| {
+                    let until = data.get(..records_end as usize).unwrap_or(&data);
+                    self.on_device(&path, until, offset)
+                }) >= at + payload.len() as u64;
             // Values in value streams: a synced record's stay there (the
             // sync that vouched for it synced its streams first, and reads
-            // check each value); an unsynced record's are copied into the
-            // tables, like its inline values, and the first that is
-            // missing or does not match its pointer ends the journal as a
-            // torn tail would (unsynced appends reach the device in any
-            // order).
+            // check each value); so do an unsynced record's where the
+            // device holds them (`StreamFiles::settle`), else they are
+            // copied, and the first that is missing or does not match its
+            // pointer ends the journal as a torn tail would (unsynced
+            // appends reach the device in any order).
             let inlined;
-            let payload = if batch.ops.iter().any(|op| op.kind == Kind::Pointer) {
+            let (payload, place) = if batch.ops.iter().any(|op| op.kind == Kind::Pointer) {
                 let got = if synced {
                     streams
                         .check_present(self.fs, self.dir, &batch)
                         .map(|()| None)
                 } else {
-                    streams.inline(self.fs, self.dir, &batch).map(Some)
+                    streams.settle(self.fs, self.dir, &batch)
                 };
                 match got {
-                    Ok(None) => payload,
+                    Ok(None) => (payload, held.then_some(at)),
+                    // Copied ops lie elsewhere than in the journal.
                     Ok(Some(rep)) => {
                         inlined = rep;
-                        &inlined[..]
+                        (&inlined[..], None)
                     }
                     Err(StreamMiss::Io(e)) => return Err(e),
                     Err(StreamMiss::Absent(_)) if may_be_torn && !synced => break,
                     Err(StreamMiss::Absent(d)) => return Err(bad(d)),
                 }
             } else {
-                payload
+                (payload, held.then_some(at))
             };
             let seqno = insert_batch(
                 &mut mem.writer(),
@@ -945,6 +968,44 @@ impl Replay<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Where the device stops holding `data`, the newest journal's
+    /// records as replay read them, looking from `from` (a record's start)
+    /// on: the journal is synced first, then read past the page cache
+    /// (`Fs::open_device`) and compared. A record before that point is on
+    /// the device and durable, whether or not a sync of the writer's
+    /// vouched for it, so its values may stay in the journal instead of
+    /// being copied into the open's tables (the open then needs little
+    /// free space after a crash, docs/durability.md §Full disk). The page
+    /// cache alone is not enough: after a failed fsync it may show bytes
+    /// the device never got, which this sync does not write again. Records
+    /// only the staging ring held lie past the file's end, or where it
+    /// holds other bytes. Gives `from` if it cannot tell (no such read, or
+    /// a failed sync or read): the values are copied.
+    fn on_device(&self, path: &Path, data: &[u8], from: u64) -> u64 {
+        if self.fs.sync_file(path).is_err() {
+            return from;
+        }
+        let Ok(Some(file)) = self.fs.open_device(path) else {
+            return from;
+        };
+        let end = (data.len() as u64).min(file.len());
+        let mut pos = from;
+        while pos < end {
+            let n = (end - pos).min(DEVICE_CHECK_STEP);
+            let want = usize::try_from(pos)
+                .ok()
+                .and_then(|p| data.get(p..p + n as usize));
+            let (Some(want), Ok(got)) = (want, io::read_direct(&*file, pos, n as usize)) else {
+                return pos;
+            };
+            if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+                return pos + i as u64;
+            }
+            pos += n;
+        }
+        end
     }
 
     /// Journal `number`'s bytes as replay judges them: read until two
@@ -1064,15 +1125,14 @@ impl Replay<'_> {
     }
 }
 
-/// The highest seqno a successful sync covered among `records`:
-/// separated values stay where they are only in records such a sync
-/// covered — every record of a journal a later journal follows (it was
-/// synced when sealed), and in the last journal (`may_be_torn`) the
-/// records up to its highest durability mark. Values of the records after
-/// that are copied into the tables written at open. They may be on the
-/// device or not — and after a failed fsync the kernel may show bytes the
-/// device never got ("lost" writeback), which a later fsync does not
-/// write again — so tables must not point at them.
+/// The highest seqno a successful sync covered among `records`: every
+/// record of a journal a later journal follows (it was synced when
+/// sealed), and in the last journal (`may_be_torn`) the records up to its
+/// highest durability mark. The records after that may be on the device
+/// or not — and after a failed fsync the kernel may show bytes the device
+/// never got ("lost" writeback), which a later fsync does not write again
+/// — so their values stay where they are only where the open finds them
+/// on the device (`Replay::on_device`).
 fn vouched(records: &[log::Record<'_>], may_be_torn: bool) -> u64 {
     if !may_be_torn {
         return u64::MAX;
@@ -1085,10 +1145,16 @@ fn vouched(records: &[log::Record<'_>], may_be_torn: bool) -> u64 {
         .unwrap_or(0)
 }
 
+/// Bytes of the newest journal `Replay::on_device` compares per read.
+const DEVICE_CHECK_STEP: u64 = 1 << 20;
+
 /// The value streams replay reads (`version/streams.rs`), opened once each.
 #[derive(Default)]
 pub(crate) struct StreamFiles {
     open: std::collections::HashMap<u64, Option<Arc<dyn crate::io::FileRead>>>,
+    /// Each stream synced and opened past the page cache
+    /// (`Fs::open_device`), once: `None` where it cannot be.
+    device: std::collections::HashMap<u64, Option<Arc<dyn crate::io::FileRead>>>,
 }
 
 /// Why a record's values could not be taken from their streams.
@@ -1140,6 +1206,46 @@ impl StreamFiles {
             }
         }
         Ok(())
+    }
+
+    /// True if the device holds the value `ptr` names: its stream synced,
+    /// then read past the page cache, matching the pointer (see
+    /// `Replay::on_device` for why the page cache does not count). False
+    /// if it does not, or if that cannot be told.
+    fn on_device(&mut self, fs: &dyn Fs, dir: &Path, ptr: &ValuePtr) -> bool {
+        let file = self.device.entry(ptr.segment).or_insert_with(|| {
+            let path = files::stream(dir, ptr.segment);
+            fs.sync_file(&path)
+                .ok()
+                .and_then(|()| fs.open_device(&path).ok().flatten())
+        });
+        file.as_ref().is_some_and(|f| {
+            io::read_direct(&**f, ptr.offset, ptr.len as usize).is_ok_and(|v| ptr.matches(&v))
+        })
+    }
+
+    /// `batch`, from a record no sync vouched for, as replay takes it:
+    /// `None` if the device holds every value its pointer ops name (they
+    /// stay in their streams), else the batch with every value put back
+    /// inline (`inline`).
+    fn settle(
+        &mut self,
+        fs: &dyn Fs,
+        dir: &Path,
+        batch: &batch_codec::Decoded<'_>,
+    ) -> std::result::Result<Option<Vec<u8>>, StreamMiss> {
+        let mut held = true;
+        for op in batch.ops.iter().filter(|op| op.kind == Kind::Pointer) {
+            held = ValuePtr::decode(op.value).is_some_and(|ptr| self.on_device(fs, dir, &ptr));
+            if !held {
+                break;
+            }
+        }
+        if held {
+            Ok(None)
+        } else {
+            self.inline(fs, dir, batch).map(Some)
+        }
     }
 
     /// `batch` with each pointer op's value read from its stream and put

@@ -41,7 +41,7 @@ use crate::error::{Error, Result};
 use crate::format::batch as batch_codec;
 use crate::format::key::{self, Kind};
 use crate::format::log::{self, Framing, RecordKind, Tail};
-use crate::format::manifest::{Edit, KeyspaceRecord, MANIFEST_FORMAT, TableRecord};
+use crate::format::manifest::{Edit, KeyspaceRecord, TableRecord};
 use crate::format::table::{Table, TableKeyspace, TableOptions};
 use crate::format::vptr::ValuePtr;
 use crate::io::Fs;
@@ -434,15 +434,8 @@ fn rebuild(
         .chain(salvaged.as_ref().map(|r| r.last_seqno))
         .max()
         .unwrap_or(0);
-    let next_file = AtomicU64::new(listing.next_file(salvaged.as_ref().unwrap_or(&Recovered {
-        version: Version::default(),
-        journal_floor: 0,
-        next_file: 1,
-        last_seqno: 0,
-        format: MANIFEST_FORMAT,
-        db_id: None,
-        clean_close: None,
-    }))?);
+    let next_file =
+        AtomicU64::new(listing.next_file(salvaged.as_ref().unwrap_or(&Recovered::new_database()))?);
     let new_number = || next_file.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let base = TableOptions {
         block_size: opts.block_bytes,
@@ -634,15 +627,7 @@ fn salvage_manifest(
             continue;
         };
         let scan = log::scan(&data, super::manifest_continues);
-        let mut rec = Recovered {
-            version: Version::default(),
-            journal_floor: 0,
-            next_file: 1,
-            last_seqno: 0,
-            format: 0,
-            db_id: None,
-            clean_close: None,
-        };
+        let mut rec = Recovered::before_manifest();
         let mut edits = 0u64;
         let mut damaged_at = match scan.tail {
             Tail::Clean => None,
