@@ -226,17 +226,17 @@ impl NodeData {
     fn device(&self, range: Range<usize>) -> Vec<u8> {
         let base = range.start;
         let mut image = self.live[range.clone()].to_vec();
-        let mut old = vec![0u8; image.len()];
-        self.restore_old(&mut old, 0..image.len(), base);
         for r in &self.lost {
             let (from, to) = (r.start.max(range.start), r.end.min(range.end));
             if from < to {
-                image[from - base..to - base].copy_from_slice(&old[from - base..to - base]);
+                self.restore_old(&mut image, from - base..to - base, base);
             }
         }
+        // Below the first dirty byte the device holds the durable bytes
+        // (`dirty_from` is at most the durable size).
         let keep = self.dirty_from().min(range.end);
         if base < keep {
-            image[..keep - base].copy_from_slice(&old[..keep - base]);
+            image[..keep - base].copy_from_slice(&self.durable[base..keep]);
         }
         image
     }
