@@ -692,7 +692,8 @@ pub fn filter(data: &[u8]) -> usize {
         keys.push(input.bytes(len));
     }
     let mut hashes: Vec<u64> = keys.iter().map(|k| filter::hash_key(k)).collect();
-    let encoded = filter::build(&mut hashes);
+    let bits = if keys.len() % 2 == 0 { 8 } else { 16 };
+    let encoded = filter::build(&mut hashes, bits);
     let f = match TableFilter::decode(&encoded) {
         Ok(f) => f,
         Err(e) => panic!("a built filter does not decode: {e}"),
@@ -1066,6 +1067,7 @@ pub fn table(data: &[u8]) -> usize {
                 block_size: 64 + usize::from(input.u8()) * 4,
                 restart_interval: 1 + usize::from(input.u8() % 8),
                 filter: mode & 0x40 == 0,
+                filter_bits: if mode & 0x04 != 0 { 16 } else { 8 },
                 compression: match (mode >> 4) & 3 {
                     1 => crate::options::Compression::Lz4,
                     2 => crate::options::Compression::Zstd(1),
@@ -1125,6 +1127,8 @@ fn small_options(fs: &MemFs, flags: u8) -> Options {
     o.memtable_bytes = [4 << 10, 16 << 10, 64 << 10][usize::from(flags % 3)];
     o.block_cache_bytes = if flags & 0x04 != 0 { 0 } else { 32 << 10 };
     o.filter = flags & 0x08 == 0;
+    // The middle memtable size runs with 16-bit filter fingerprints.
+    o.filter_bits = if flags % 3 == 1 { 16 } else { 8 };
     o.block_bytes = if flags & 0x10 != 0 { 4096 } else { 256 };
     o.block_restart_interval = 1 + usize::from((flags >> 5) % 4);
     o.table_bytes = 8 << 10;

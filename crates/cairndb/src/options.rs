@@ -127,6 +127,11 @@ pub struct Options {
     pub block_restart_interval: usize,
     /// Build a filter per table (BinaryFuse8; docs/filters.md).
     pub filter: bool,
+    /// Bits of each key's fingerprint in the default keyspace's filters:
+    /// 8 (about 9 bits per key, 0.4 % false positives) or 16 (about 18
+    /// bits per key, 0.0015 %); `KeyspaceOptions::filter_bits` for the
+    /// others.
+    pub filter_bits: u8,
     /// How tables' data blocks are compressed (default: not at all). A
     /// block that would not shrink by an eighth is stored as it is, and
     /// the block cache holds blocks decompressed.
@@ -370,6 +375,7 @@ impl Options {
             block_bytes: 4096,
             block_restart_interval: 16,
             filter: true,
+            filter_bits: 8,
             compression: Compression::None,
             table_bytes: 32 << 20,
             l0_compaction_trigger: 4,
@@ -416,6 +422,9 @@ impl Options {
         }
         if !(self.value_gc_pace >= 0.0 && self.value_gc_pace.is_finite()) {
             return bad("value_gc_pace must be finite and at least 0.0");
+        }
+        if !crate::format::filter::FILTER_BITS.contains(&self.filter_bits) {
+            return bad("filter_bits must be 8 or 16");
         }
         if self.value_partitions > VALUE_PARTITIONS_MAX {
             return bad("value_partitions must be at most 1024");

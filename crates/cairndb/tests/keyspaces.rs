@@ -190,6 +190,7 @@ fn options_are_per_keyspace_and_persist() {
         value_separation_min: usize::MAX,
         block_bytes: 1024,
         filter: false,
+        filter_bits: 8,
         table_bytes: 1 << 20,
     };
     let zstd = KeyspaceOptions {
@@ -288,8 +289,76 @@ fn keyspace_options(case: usize, i: usize) -> KeyspaceOptions {
         value_separation_min: [64, 1024, usize::MAX][(case + 2 * i) % 3],
         block_bytes: [256, 4096][i % 2],
         filter: (case + i).is_multiple_of(2),
+        filter_bits: [8, 16][(case + i / 2) % 2],
         table_bytes: 4 << 10,
     }
+}
+
+/// Data blocks `ks` reads to look up `probes` keys it does not hold, each
+/// within its tables' key range: one per false positive of a filter.
+fn blocks_read_for_absent_keys(db: &Db, ks: &cairndb::Keyspace, probes: u32) -> u64 {
+    let before = db.stats();
+    for i in 0..probes {
+        let key = format!("k{:08}", 2 * i + 1);
+        assert_eq!(ks.get(&key).expect("get"), None, "{key} was never written");
+    }
+    let after = db.stats();
+    (after.block_cache_hits + after.block_cache_misses)
+        - (before.block_cache_hits + before.block_cache_misses)
+}
+
+/// A keyspace asks for 16-bit filter fingerprints, another keeps the
+/// default 8: the choice is recorded (a compaction after a reopen still
+/// builds 16-bit filters), and lookups of absent keys read a data block
+/// about 1 time in 65,536 instead of 1 in 256.
+#[test]
+fn sixteen_bit_filters_persist_and_cut_false_positives() {
+    let fs = MemFs::new();
+    let dir = Path::new("/db");
+    let db = Db::open(dir, mem_opts(&fs)).expect("open");
+    let sparse = KeyspaceOptions {
+        filter_bits: 16,
+        ..KeyspaceOptions::default()
+    };
+    let wide = db.keyspace_with("wide", sparse).expect("wide");
+    let plain = db.keyspace("plain").expect("plain");
+    for i in 0..50_000u32 {
+        let key = format!("k{:08}", 2 * i);
+        wide.put(&key, b"v").expect("put");
+        plain.put(&key, b"v").expect("put");
+    }
+    drop((wide, plain));
+    db.close().expect("close");
+    let db = Db::open(dir, mem_opts(&fs)).expect("reopen");
+    let (wide, plain) = (
+        db.keyspace("wide").expect("wide"),
+        db.keyspace("plain").expect("plain"),
+    );
+    db.compact().expect("compact");
+    let probes = 50_000;
+    let wide_reads = blocks_read_for_absent_keys(&db, &wide, probes);
+    let plain_reads = blocks_read_for_absent_keys(&db, &plain, probes);
+    // 8 bits: about 0.4 % of 50,000, about 195; 16 bits: about 0.8.
+    assert!(plain_reads >= 60, "8-bit filters read {plain_reads} blocks");
+    assert!(
+        wide_reads <= 8,
+        "16-bit filters read {wide_reads} blocks (8-bit: {plain_reads})"
+    );
+    assert!(matches!(
+        db.keyspace_with(
+            "bad",
+            KeyspaceOptions {
+                filter_bits: 12,
+                ..KeyspaceOptions::default()
+            }
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+    let bad = Options {
+        filter_bits: 4,
+        ..mem_opts(&MemFs::new())
+    };
+    assert!(matches!(Db::open(dir, bad), Err(Error::InvalidArgument(_))));
 }
 
 fn key(rng: &mut StdRng) -> Vec<u8> {

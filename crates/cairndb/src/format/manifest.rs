@@ -43,9 +43,12 @@ use crate::limits::LEVELS;
 /// Format 8 adds tags 15 (the comparator name a database was created
 /// under) and 16 (bytes written since it was created) and says tables may be of table version 5 (properties naming
 /// their keyspace), which an older build would refuse as tables of an
-/// unsupported version. Formats 1 to 7 are read as they
-/// are, their journals with the framing of their format.
-pub const MANIFEST_FORMAT: u64 = 8;
+/// unsupported version. Format 9 adds keyspace option tag 7 (16-bit
+/// filter fingerprints) and says tables may carry filters of kind 2
+/// (BinaryFuse16), which an older build would take for damage. Formats 1
+/// to 8 are read as they are, their journals with the framing of their
+/// format.
+pub const MANIFEST_FORMAT: u64 = 9;
 /// First manifest format whose journals use the numbered framing.
 pub const MANIFEST_FORMAT_NUMBERED_JOURNALS: u64 = 3;
 /// First manifest format that names the database's identity (tag 9,
@@ -401,8 +404,8 @@ mod examples {
         encode_record(&mut rec, RecordKind::Edit, &first.encode());
         assert_eq!(
             hex(&rec),
-            "8a 1e 53 3a 12 00 00 00 84 3b 48 1e 02 00 00 00 \
-             01 08 02 02 03 04 04 00 09 ef 9b af cd f8 ac d1 91 01"
+            "34 c1 f5 7c 12 00 00 00 3d da fe 65 02 00 00 00 \
+             01 09 02 02 03 04 04 00 09 ef 9b af cd f8 ac d1 91 01"
         );
         let key = |k: &[u8]| {
             let mut v = k.to_vec();

@@ -79,6 +79,8 @@ pub struct TableOptions {
     pub restart_interval: usize,
     /// Whether to build a key filter.
     pub filter: bool,
+    /// Bits of the filter's fingerprints (`filter::FILTER_BITS`).
+    pub filter_bits: u8,
     /// How data blocks are compressed (`format/compress.rs`).
     pub compression: Compression,
     /// The database's identity, written into every table with its number
@@ -95,6 +97,7 @@ impl Default for TableOptions {
             block_size: 4096,
             restart_interval: 16,
             filter: true,
+            filter_bits: 8,
             compression: Compression::None,
             db_id: 0,
             keyspace: None,
@@ -136,6 +139,7 @@ pub struct TableWriter {
     path: PathBuf,
     block_size: usize,
     filter: bool,
+    filter_bits: u8,
     compression: Compression,
     /// Scratch for a data block's compressed bytes.
     packed: Vec<u8>,
@@ -166,6 +170,7 @@ impl TableWriter {
             path,
             block_size: opts.block_size.max(1),
             filter: opts.filter,
+            filter_bits: opts.filter_bits,
             compression: opts.compression,
             packed: Vec::new(),
             offset,
@@ -253,7 +258,7 @@ impl TableWriter {
         self.flush_data()?;
         // 1. filter block
         let filter_block = if self.filter {
-            filter::build(&mut self.hashes)
+            filter::build(&mut self.hashes, self.filter_bits)
         } else {
             filter::build_none()
         };
@@ -1267,6 +1272,7 @@ mod tests {
                 block_size: 64,
                 restart_interval: 1,
                 filter: false,
+                filter_bits: 8,
                 compression: Compression::Lz4,
                 db_id: 0,
                 keyspace: None,
@@ -1275,6 +1281,7 @@ mod tests {
                 block_size: 1000,
                 restart_interval: 3,
                 filter: true,
+                filter_bits: 16,
                 compression: Compression::Zstd(3),
                 db_id: 0,
                 keyspace: None,
@@ -1380,6 +1387,7 @@ mod tests {
             block_size: 64,
             restart_interval: 1,
             filter: false,
+            filter_bits: 8,
             compression: Compression::None,
             db_id: 0,
             keyspace: None,
@@ -1430,6 +1438,7 @@ mod tests {
                 block_size: 256,
                 restart_interval: 4,
                 filter: true,
+                filter_bits: 8,
                 compression: Compression::None,
                 db_id: 0,
                 keyspace: None,
@@ -1536,6 +1545,7 @@ mod tests {
                 block_size: 100,
                 restart_interval: 2,
                 filter: true,
+                filter_bits: 8,
                 compression: Compression::None,
                 db_id: 0,
                 keyspace: None,

@@ -25,10 +25,14 @@ pub struct KeyspaceOptions {
     pub value_separation_min: usize,
     /// Target uncompressed size of a data block.
     pub block_bytes: usize,
-    /// Build a key filter per table (BinaryFuse8, about 9 bits per key
-    /// and a 0.4 % false-positive rate). Off for a keyspace that is only
+    /// Build a key filter per table. Off for a keyspace that is only
     /// scanned, or whose lookups nearly always find their key.
     pub filter: bool,
+    /// Bits of each key's fingerprint in the filter: 8 (BinaryFuse8, about
+    /// 9 bits per key, 0.4 % false positives) or 16 (BinaryFuse16, about
+    /// 18 bits per key, 0.0015 %: for a keyspace looked up mostly for keys
+    /// it does not hold, where each false positive costs a block read).
+    pub filter_bits: u8,
     /// Target size of a table written by compaction.
     pub table_bytes: u64,
 }
@@ -41,6 +45,7 @@ impl Default for KeyspaceOptions {
             value_separation_min: o.value_separation_min,
             block_bytes: o.block_bytes,
             filter: o.filter,
+            filter_bits: o.filter_bits,
             table_bytes: o.table_bytes,
         }
     }
@@ -61,6 +66,9 @@ impl KeyspaceOptions {
         if self.table_bytes == 0 {
             return bad("table_bytes must be > 0");
         }
+        if !crate::format::filter::FILTER_BITS.contains(&self.filter_bits) {
+            return bad("filter_bits must be 8 or 16");
+        }
         Ok(())
     }
 
@@ -75,6 +83,7 @@ impl KeyspaceOptions {
     /// | 4 | block_bytes | bytes |
     /// | 5 | filter | 0 or 1 |
     /// | 6 | table_bytes | bytes |
+    /// | 7 | filter_bits | 16 (written only then; absent: 8; format 9) |
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         let (kind, level) = match self.compression {
@@ -94,6 +103,9 @@ impl KeyspaceOptions {
         field(4, self.block_bytes as u64);
         field(5, u64::from(self.filter));
         field(6, self.table_bytes);
+        if self.filter_bits != 8 {
+            field(7, u64::from(self.filter_bits));
+        }
         out
     }
 
@@ -117,6 +129,10 @@ impl KeyspaceOptions {
                 4 => o.block_bytes = size()?,
                 5 => o.filter = v != 0,
                 6 => o.table_bytes = v,
+                7 => {
+                    o.filter_bits =
+                        u8::try_from(v).map_err(|_| format!("keyspace filter bits {v}"))?;
+                }
                 t => return Err(format!("unknown keyspace option tag {t}")),
             }
         }
@@ -154,10 +170,17 @@ mod tests {
                 value_separation_min: 77,
                 block_bytes: 16 << 10,
                 filter: false,
+                filter_bits: 16,
                 table_bytes: 1 << 20,
             };
             assert_eq!(KeyspaceOptions::decode(&o.encode()), Ok(o));
         }
+        // 8-bit fingerprints (the default) are not written: options
+        // without them read as they did before format 9.
+        let plain = KeyspaceOptions::default();
+        assert!(!plain.encode().chunks(2).any(|f| f.first() == Some(&7)));
+        assert_eq!(KeyspaceOptions::decode(&plain.encode()), Ok(plain));
+        assert!(KeyspaceOptions::decode(&[7, 12]).is_err(), "12-bit filters");
         assert_eq!(KeyspaceOptions::decode(&[]), Ok(KeyspaceOptions::default()));
         assert!(KeyspaceOptions::decode(&[9, 1]).is_err(), "unknown tag");
         assert!(KeyspaceOptions::decode(&[1, 2, 2, 30]).is_err(), "level 30");

@@ -171,6 +171,7 @@ pub(crate) fn table_options(
     Some(TableOptions {
         block_size: k.options.block_bytes,
         filter: k.options.filter,
+        filter_bits: k.options.filter_bits,
         compression: k.options.compression,
         keyspace: Some(k.clone()),
         ..base.clone()

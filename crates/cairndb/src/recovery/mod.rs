@@ -130,6 +130,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
         block_size: opts.block_bytes,
         restart_interval: opts.block_restart_interval,
         filter: opts.filter,
+        filter_bits: opts.filter_bits,
         compression: opts.compression,
         db_id,
         keyspace: None,

@@ -441,6 +441,7 @@ fn rebuild(
         block_size: opts.block_bytes,
         restart_interval: opts.block_restart_interval,
         filter: opts.filter,
+        filter_bits: opts.filter_bits,
         compression: opts.compression,
         db_id,
         keyspace: None,
