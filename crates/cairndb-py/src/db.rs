@@ -362,7 +362,8 @@ impl Data {
 /// `compression` (`'snappy'`, CairnDB has no snappy: LZ4, its fast
 /// compressor; `None`: none; also `'lz4'` and `'zstd'`);
 /// `bloom_filter_bits` (CairnDB always builds a table filter, a binary fuse
-/// filter, so this is ignored). `paranoid_checks` is ignored: every block
+/// filter: 16 or more bits per key get 16-bit fingerprints, anything else
+/// the default 8-bit ones). `paranoid_checks` is ignored: every block
 /// is checksummed and checked when read. CairnDB orders keys bytewise: a
 /// custom `comparator` (given with its `comparator_name`, as plyvel
 /// requires) is called at open on every pair of a fixed set of probe keys
@@ -468,7 +469,7 @@ impl DB {
         comparator: Option<&Bound<'_, PyAny>>,
         comparator_name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyClassInitializer<Self>> {
-        let _ = (paranoid_checks, bloom_filter_bits);
+        let _ = paranoid_checks;
         let comparator_name = check_comparator(
             comparator.filter(|c| !c.is_none()),
             comparator_name.filter(|c| !c.is_none()),
@@ -497,6 +498,12 @@ impl DB {
         }
         if let Some(n) = lru_cache_size {
             opts.block_cache_bytes = n;
+        }
+        // LevelDB's Bloom filter at 16 bits per key gives about 0.05 %
+        // false positives: CairnDB's 16-bit fingerprints (0.0015 %) match
+        // it; below that its 8-bit ones (0.4 %) beat the usual 10 (1 %).
+        if bloom_filter_bits >= 16 {
+            opts.filter_bits = 16;
         }
         if let Some(n) = block_size {
             opts.block_bytes = n;
