@@ -1071,6 +1071,25 @@ fn assert_holds(db: &Db, written: &BTreeMap<Vec<u8>, Vec<u8>>, ctx: &str) {
     }
 }
 
+/// Cuts the power under `db` (open on `fs` with `opts`), then checks that
+/// a reopen holds `written`.
+fn holds_after_a_power_cut(
+    fs: &MemFs,
+    db: Db,
+    opts: Options,
+    written: &BTreeMap<Vec<u8>, Vec<u8>>,
+    ctx: &str,
+) {
+    let cut = fs.crash_image(cairndb::io::Crash::Clean, 0);
+    drop(db);
+    let opts = Options {
+        fs: Arc::new(cut),
+        ..opts
+    };
+    let db = Db::open(dir(), opts).expect("open after a power cut");
+    assert_holds(&db, written, &format!("{ctx}: after a power cut"));
+}
+
 /// After a crash of the process, the separated values of records no sync
 /// vouched for stay where they lie (the newest journal, or its value
 /// streams) once the open has synced them and found them on the device:
@@ -1092,17 +1111,7 @@ fn an_open_after_a_crash_keeps_unsynced_values_where_they_lie() {
             "streams {streams}: the open wrote {tables} bytes of tables for {} bytes of values",
             n * len
         );
-        let cut = fs.crash_image(cairndb::io::Crash::Clean, 0);
-        drop(db);
-        let db = Db::open(
-            dir(),
-            Options {
-                fs: Arc::new(cut),
-                ..opts
-            },
-        )
-        .expect("open after a cut");
-        assert_holds(&db, &written, "after a power cut right after the open");
+        holds_after_a_power_cut(&fs, db, opts, &written, "right after the open");
     }
 }
 
@@ -1123,16 +1132,6 @@ fn an_open_after_a_lost_fsync_copies_the_values_the_device_lacks() {
             "{lose}: the open wrote only {tables} bytes of tables for {} bytes of lost values",
             n * len
         );
-        let cut = fs.crash_image(cairndb::io::Crash::Clean, 0);
-        drop(db);
-        let db = Db::open(
-            dir(),
-            Options {
-                fs: Arc::new(cut),
-                ..opts
-            },
-        )
-        .expect("open after a cut");
-        assert_holds(&db, &written, &format!("{lose}: after a power cut"));
+        holds_after_a_power_cut(&fs, db, opts, &written, lose);
     }
 }

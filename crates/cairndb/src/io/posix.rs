@@ -187,6 +187,24 @@ fn cached_whole(file: &File, offset: u64, len: u64) -> bool {
     stat.nr_cache >= pages
 }
 
+/// `path` opened for direct reads (`O_DIRECT`); `None` where its file
+/// system refuses the flag (tmpfs, for one).
+fn open_o_direct(path: &Path) -> io::Result<Option<PosixRead>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(file) => {
+            let len = file.metadata()?.len();
+            Ok(Some(PosixRead { file, len }))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// `statfs` magic number of tmpfs (linux/magic.h).
 const TMPFS_MAGIC: libc::__fsword_t = 0x0102_1994;
 
@@ -319,19 +337,9 @@ impl Fs for PosixFs {
         )?)))
     }
     fn open_direct(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
-        use std::os::unix::fs::OpenOptionsExt;
-        match OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-        {
-            Ok(file) => {
-                let len = file.metadata()?.len();
-                Ok(Arc::new(PosixRead { file, len }))
-            }
-            // File systems without direct IO (tmpfs) refuse the flag.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.open(path),
-            Err(e) => Err(e),
+        match open_o_direct(path)? {
+            Some(r) => Ok(Arc::new(r)),
+            None => self.open(path),
         }
     }
     fn sync_file(&self, path: &Path) -> io::Result<()> {
@@ -340,28 +348,17 @@ impl Fs for PosixFs {
         File::open(path)?.sync_data()
     }
     fn open_device(&self, path: &Path) -> io::Result<Option<Arc<dyn FileRead>>> {
-        use std::os::unix::fs::OpenOptionsExt;
-        match OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-        {
-            Ok(file) => {
-                let len = file.metadata()?.len();
-                Ok(Some(Arc::new(PosixRead { file, len })))
-            }
-            // Without direct IO, only a file system that keeps its files
-            // in the page cache alone can say what it holds.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                let file = File::open(path)?;
-                if !in_memory_only(&file) {
-                    return Ok(None);
-                }
-                let len = file.metadata()?.len();
-                Ok(Some(Arc::new(PosixRead { file, len })))
-            }
-            Err(e) => Err(e),
+        if let Some(r) = open_o_direct(path)? {
+            return Ok(Some(Arc::new(r)));
         }
+        // Without direct IO, only a file system that keeps its files in
+        // the page cache alone can say what it holds.
+        let file = File::open(path)?;
+        if !in_memory_only(&file) {
+            return Ok(None);
+        }
+        let len = file.metadata()?.len();
+        Ok(Some(Arc::new(PosixRead { file, len })))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         fs::rename(from, to)
