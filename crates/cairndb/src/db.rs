@@ -416,6 +416,7 @@ impl Db {
             value_bytes_moved: inner.counters.value_bytes_moved.load(Ordering::Relaxed),
             value_bytes_settled: inner.counters.value_bytes_settled.load(Ordering::Relaxed),
             value_bytes_scanned_scattered: inner.policy.scattered(),
+            value_bytes_scanned_scattered_short: inner.policy.scattered_short(),
             journals_recycled: inner.reaper.recycled.load(Ordering::Relaxed),
             journals_free: inner.reaper.free.lock().len(),
             write_error: bg.error.as_ref().map(Error::to_string),
@@ -582,6 +583,10 @@ pub struct Stats {
     /// open (`Options::settle_for_scans`): values in write order, read in
     /// runs of fewer than four.
     pub value_bytes_scanned_scattered: u64,
+    /// Of those, the bytes short scans read (before a scan is marked
+    /// long, past its first windows): what pays for settling steps beside
+    /// reads (`Options::settle_for_scans`).
+    pub value_bytes_scanned_scattered_short: u64,
     /// Journals made from free (recycled) journal files since open
     /// (`Options::journal_recycle`).
     pub journals_recycled: u64,

@@ -225,7 +225,17 @@ pub struct Options {
     /// database written without pause thus settles what scans keep
     /// reading at random, at most one more write per written byte while
     /// they do, and nothing while no scan reads at random (a load, an
-    /// overwrite). `0.0`: only `settle_after_idle` and `Db::compact`
+    /// overwrite). While writes bring no compaction to ride on (a
+    /// database mostly read), short scans pay for settling steps of
+    /// their own instead: every 16 MiB (times this ratio) of value bytes
+    /// they read at random from journals
+    /// (`Stats::value_bytes_scanned_scattered_short`) lets the background
+    /// thread settle as many, a step at a time (level 0 into level 1, or
+    /// one deeper table rewritten in place), beside the reads and writes
+    /// that go on; so a database only read settles at most this ratio
+    /// times the bytes its short scans read at random, plus one step.
+    /// Long scans (which read value streams whole) and point reads pay
+    /// for nothing. `0.0`: only `settle_after_idle` and `Db::compact`
     /// settle. Default 1.0.
     pub settle_for_scans: f64,
     /// How flushed separated values are read (point reads and scans);

@@ -1295,6 +1295,114 @@ fn scans_beside_writes_settle_values_while_writes_go_on() {
     }
 }
 
+/// `settle_for_scans` without writes: short scans over values in write
+/// order pay for settling steps of their own, beside them, with no idle
+/// wait and no write to ride on, and settle no more than they read at
+/// random (plus one step); at ratio 0, or with point reads alone, nothing
+/// moves.
+#[test]
+fn short_scans_settle_values_without_writes() {
+    // 16 MiB of 4 KiB values written far from key order, in 1 MiB
+    // journals: a scan of 50 keys reads each value alone.
+    const KEYS: usize = 4096;
+    for ratio in [0.0, 1.0] {
+        let fs = MemFs::new();
+        let o = Options {
+            journal_bytes: 1 << 20,
+            memtable_bytes: 1 << 20,
+            background_compaction: true,
+            settle_after_idle: None,
+            settle_for_scans: ratio,
+            ..opts(&fs, 1024)
+        };
+        let db = Db::open(dir(), o).expect("open");
+        for n in 0..KEYS {
+            let i = n * 1237 % KEYS;
+            db.put(key(i), value(i, 0, BIG)).expect("put");
+        }
+        db.flush().expect("flush");
+        let quiet = |db: &Db| {
+            let s = db.stats();
+            (s.compactions, s.value_bytes_settled)
+        };
+        // Let the load's own compactions finish.
+        let mut last = quiet(&db);
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let now = quiet(&db);
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        let unsettled = db.stats().value_bytes_unsettled;
+        assert!(unsettled >= (KEYS * BIG / 2) as u64, "{:?}", db.stats());
+        let settled_before = db.stats().value_bytes_settled;
+        // Point reads alone pay for nothing.
+        for n in 0..KEYS {
+            let i = n * 31 % KEYS;
+            assert_eq!(db.get(key(i)).expect("get"), Some(value(i, 0, BIG)));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        assert_eq!(
+            db.stats().value_bytes_settled,
+            settled_before,
+            "point reads settled values"
+        );
+        // Short scans, as YCSB E's: 50 keys from a random start.
+        let mut scans = 0usize;
+        let mut start = 17usize;
+        let met = {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            loop {
+                start = (start * 7919 + 13) % (KEYS - 50);
+                let got: Vec<_> = db
+                    .range(key(start)..)
+                    .take(50)
+                    .collect::<cairndb::Result<_>>()
+                    .expect("scan");
+                for (n, (k, v)) in got.iter().enumerate() {
+                    assert_eq!((k, v), (&key(start + n), &value(start + n, 0, BIG)));
+                }
+                scans += 1;
+                let s = db.stats();
+                let done = if ratio > 0.0 {
+                    s.value_bytes_unsettled <= unsettled / 2
+                } else {
+                    s.value_bytes_scanned_scattered_short >= 4 * unsettled
+                };
+                if done || std::time::Instant::now() >= until {
+                    break done;
+                }
+            }
+        };
+        let s = db.stats();
+        assert!(met, "ratio {ratio}, {scans} scans: {s:?}");
+        let settled = s.value_bytes_settled - settled_before;
+        if ratio == 0.0 {
+            assert_eq!(settled, 0, "settled at ratio 0: {s:?}");
+            continue;
+        }
+        // Paid for by the scans' random reads, plus the step that
+        // overdrew (at most what was due, 256 MiB at most, a value more).
+        assert!(settled > 0, "{s:?}");
+        assert!(
+            settled <= 2 * s.value_bytes_scanned_scattered_short + BIG as u64,
+            "{s:?}"
+        );
+        // Settled values lie in values files now, and all still read.
+        assert!(!files_with(&fs, dir(), ".values").is_empty(), "{s:?}");
+        let all: Vec<_> = db
+            .range(key(0)..key(KEYS))
+            .collect::<cairndb::Result<_>>()
+            .expect("scan");
+        assert_eq!(all.len(), KEYS);
+        for (i, (k, v)) in all.iter().enumerate() {
+            assert_eq!((k, v), (&key(i), &value(i, 0, BIG)));
+        }
+    }
+}
+
 /// Settling waits while writes or reads of separated values go on, and
 /// starts once they stop for `settle_after_idle`.
 #[test]

@@ -32,6 +32,10 @@ pub(super) enum Moving<'a> {
     /// A settling step: as `All` while the database stays quiet, then
     /// nothing more moves.
     WhileQuiet(&'a Quiet<'a>),
+    /// A settling step short scans paid for (`settle::ReadDue`): values
+    /// still in journals settle up to this many bytes, beside reads and
+    /// writes; a lone table is rewritten in place. No value GC.
+    Bounded(u64),
 }
 
 impl Moving<'_> {
@@ -49,13 +53,14 @@ impl Moving<'_> {
             Moving::Paced { gc, .. } => moved < gc,
             Moving::All => true,
             Moving::WhileQuiet(q) => q.holds(),
+            Moving::Bounded(_) => false,
         }
     }
 
     /// May a value still in a journal settle, after `settled` bytes have?
     pub(super) fn may_settle(self, settled: u64) -> bool {
         match self {
-            Moving::Paced { settle, .. } => settled < settle,
+            Moving::Paced { settle, .. } | Moving::Bounded(settle) => settled < settle,
             Moving::All => true,
             Moving::WhileQuiet(q) => q.holds(),
         }

@@ -32,6 +32,11 @@
 //! tables hold gives up and deletes what it wrote; one that has finishes
 //! by copying the rest of its keys. A step that fails (a damaged value,
 //! a full device) is skipped, never stops writes: settling is optional.
+//!
+//! Settling paid for by short scans: while no compaction is due, a step
+//! as above also runs once short scans have read enough values at random
+//! from journals (`settle::ReadDue`), beside the reads and writes that go
+//! on, settling no more than those reads paid for.
 
 mod drop;
 mod gc;
@@ -51,7 +56,7 @@ use merge::{compact, log_merge};
 use pick::scores;
 pub(crate) use pick::{L0Triggers, write_pressure};
 pub(crate) use settle::settle_now;
-use settle::{Idle, SettleDue, settle_step};
+use settle::{Idle, ReadDue, SettleDue, settle_step, settle_step_for_reads};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 pub(crate) use warm::warm_later;
@@ -63,6 +68,8 @@ enum Work {
     Drop,
     Compact,
     Warm,
+    /// A settling step short scans paid for (`ReadDue`).
+    SettleForReads,
     Settle,
 }
 
@@ -89,6 +96,7 @@ struct Thread {
     /// Journal bytes appended when the compaction before began.
     appended_before: u64,
     settle_due: SettleDue,
+    read_due: ReadDue,
     idle: Idle,
     /// Journal bytes last seen appended, and since when no more were.
     writes: (u64, Instant),
@@ -105,6 +113,7 @@ impl Thread {
             backoff: flush::RETRY_MIN,
             appended_before: appended,
             settle_due: SettleDue::new(inner),
+            read_due: ReadDue::new(inner),
             idle: Idle::new(inner),
             writes: (appended, Instant::now()),
             reads_at_warm: inner.policy.counts().2,
@@ -123,6 +132,7 @@ impl Thread {
                 self.writes = (appended, Instant::now());
             }
             self.settle_due.look(inner);
+            self.read_due.look(inner);
             if bg.error.is_none()
                 && let Some(work) = self.due(inner, bg.paused.is_none())
             {
@@ -135,7 +145,8 @@ impl Thread {
     /// The job due now, if any: a read-back first (handing it to a worker
     /// takes no time here, and while writes go on a compaction is due
     /// most of the time), then a compaction, then (unless background work
-    /// is paused) a settling step.
+    /// is paused) a settling step that short scans paid for, then one
+    /// while idle.
     fn due(&mut self, inner: &Inner, unpaused: bool) -> Option<Work> {
         let v = inner.state.read().version.clone();
         if v.levels
@@ -163,6 +174,9 @@ impl Thread {
         {
             return Some(Work::Compact);
         }
+        if unpaused && self.read_due.ready(inner, &v) {
+            return Some(Work::SettleForReads);
+        }
         (unpaused && self.idle.due(inner, &v)).then_some(Work::Settle)
     }
 
@@ -187,6 +201,9 @@ impl Thread {
             Work::Warm => {
                 warm::warm(inner);
                 Ok(())
+            }
+            Work::SettleForReads => {
+                settle_step_for_reads(inner, &v, &mut self.idle, &mut self.read_due)
             }
             Work::Settle => settle_step(inner, &v, &mut self.idle),
         }

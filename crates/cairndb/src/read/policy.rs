@@ -78,6 +78,8 @@ pub struct ReadPolicy {
     batches: AtomicU64,
     /// Value bytes scans read at random from flushed journals.
     scattered: AtomicU64,
+    /// Those of them short scans read (not marked long).
+    scattered_short: AtomicU64,
     /// Page-cache misses in a row (saturating at `THIN_AFTER_MISSES`).
     misses_in_row: AtomicU32,
     /// Reads since thinning began, to pick every `THIN_EVERY`th.
@@ -104,6 +106,7 @@ impl ReadPolicy {
             buffered: AtomicU64::new(0),
             batches: AtomicU64::new(0),
             scattered: AtomicU64::new(0),
+            scattered_short: AtomicU64::new(0),
             misses_in_row: AtomicU32::new(0),
             thinned_reads: AtomicU32::new(0),
             hits_in_row: AtomicU32::new(0),
@@ -232,9 +235,18 @@ impl ReadPolicy {
     }
 
     /// Counts `bytes` of values a scan read at random from a flushed
-    /// journal (`Options::settle_for_scans`).
-    pub fn count_scattered(&self, bytes: u64) {
+    /// journal (`Options::settle_for_scans`); `short` if the scan is not
+    /// marked long.
+    pub fn count_scattered(&self, bytes: u64, short: bool) {
         self.scattered.fetch_add(bytes, Ordering::Relaxed);
+        if short {
+            self.scattered_short.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Of `scattered`, the bytes short scans read.
+    pub fn scattered_short(&self) -> u64 {
+        self.scattered_short.load(Ordering::Relaxed)
     }
 
     /// Value bytes scans read at random from journals since open.

@@ -135,7 +135,7 @@ impl ReadView {
             .map(|(_, p)| u64::from(p.len))
             .sum();
         if scattered > 0 {
-            self.policy.count_scattered(scattered);
+            self.policy.count_scattered(scattered, !scan.is_long());
         }
         // Scattered values of flushed journals, read while two or more
         // long scans run (a scan of the same range by several readers, as
