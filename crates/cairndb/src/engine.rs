@@ -25,7 +25,7 @@ use crate::format::table::TableOptions;
 use crate::io::{DirLock, Fs};
 use crate::memtable::Memtable;
 use crate::options::Options;
-use crate::read::{ReadView, TableCache};
+use crate::read::{ReadView, TableCache, ViewParts};
 use crate::version::{Reaper, Version};
 use crate::write::Pending;
 use crate::write::journal::Journal;
@@ -48,6 +48,9 @@ pub(crate) struct State {
     /// flushes (compaction moves versions, never makes them), so a
     /// snapshot at or above this sees every table version.
     pub table_seqno_max: u64,
+    /// What a view of this state shares (`Inner::view`), rebuilt by
+    /// `Inner::refresh_view` whenever the fields above it change.
+    pub view: Arc<ViewParts>,
 }
 
 #[derive(Default)]
@@ -187,25 +190,47 @@ impl Inner {
             &o.opts,
             crate::compaction::L0Triggers::new(&o.opts, false),
         );
+        let (mem, version) = (Arc::new(o.mem), Arc::new(o.version));
+        let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let workers = Arc::new(crate::pool::WorkerPool::new());
+        let share: Arc<crate::read::share::ChunkShare> = Arc::default();
+        let policy = Arc::new(crate::read::policy::ReadPolicy::new(
+            o.opts.value_reads,
+            o.opts.fs.host(),
+        ));
+        // Tables hold at most what was recovered, all of it durable.
+        let table_seqno_max = o.journal.synced_seqno();
+        // As `view_parts` builds it.
+        let view = Arc::new(ViewParts {
+            mem: mem.clone(),
+            sealed: Vec::new(),
+            version: version.clone(),
+            table_seqno_max,
+            tables: o.tables.clone(),
+            policy: policy.clone(),
+            workers: workers.clone(),
+            share: share.clone(),
+            closed: closing.clone(),
+        });
         Inner {
             dir: o.dir,
             db_id: o.db_id,
             fs: o.opts.fs.clone(),
             table_opts: o.table_opts,
             state: RwLock::new(State {
-                mem: Arc::new(o.mem),
+                mem,
                 sealed: Vec::new(),
                 pressure,
-                // Tables hold at most what was recovered, all of it durable.
-                table_seqno_max: o.journal.synced_seqno(),
-                version: Arc::new(o.version),
+                table_seqno_max,
+                version,
+                view,
             }),
             queue: GroupQueue::new(),
             journal: Mutex::new(o.journal),
             manifest: Mutex::new(o.manifest),
             compaction_lock: Mutex::new(()),
             keyspace_lock: Mutex::new(()),
-            closing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            closing,
             bg: Mutex::new(Bg::default()),
             bg_cv: Condvar::new(),
             last_seqno: AtomicU64::new(o.published_seqno),
@@ -217,12 +242,9 @@ impl Inner {
             totals_at_open,
             lock: Mutex::new(Some(o.lock)),
             blocks: o.blocks,
-            workers: Arc::new(crate::pool::WorkerPool::new()),
-            share: Arc::default(),
-            policy: Arc::new(crate::read::policy::ReadPolicy::new(
-                o.opts.value_reads,
-                o.opts.fs.host(),
-            )),
+            workers,
+            share,
+            policy,
             txn_begun: std::sync::atomic::AtomicBool::new(false),
             l0_new_keys: std::sync::atomic::AtomicBool::new(false),
             to_warm: Mutex::new(Vec::new()),
@@ -232,23 +254,39 @@ impl Inner {
 
     pub fn view(&self) -> ReadView {
         let s = self.state.read();
-        let (mem, sealed, version) = (s.mem.clone(), s.sealed.clone(), s.version.clone());
-        let table_seqno_max = s.table_seqno_max;
+        let parts = s.view.clone();
+        // Paired with `refresh_view`: every change of these refreshed it.
+        assert!(
+            Arc::ptr_eq(&parts.mem, &s.mem)
+                && Arc::ptr_eq(&parts.version, &s.version)
+                && parts.sealed.len() == s.sealed.len()
+                && parts.table_seqno_max == s.table_seqno_max,
+            "the state changed without refreshing its view"
+        );
         drop(s);
         // Outside the state lock: `Auto` may read /proc/meminfo here.
-        let reads = self.policy.how(|| version.value_bytes_live());
-        ReadView {
-            mem,
-            sealed,
-            version,
-            table_seqno_max,
+        let reads = self.policy.how(|| parts.version.value_bytes_live());
+        ReadView::new(parts, reads)
+    }
+
+    /// Rebuilds `s.view` from `s`: after every change of its memtables,
+    /// version or `table_seqno_max`, under the same write lock.
+    pub(crate) fn refresh_view(&self, s: &mut State) {
+        s.view = self.view_parts(s);
+    }
+
+    fn view_parts(&self, s: &State) -> Arc<ViewParts> {
+        Arc::new(ViewParts {
+            mem: s.mem.clone(),
+            sealed: s.sealed.clone(),
+            version: s.version.clone(),
+            table_seqno_max: s.table_seqno_max,
             tables: self.tables.clone(),
-            reads,
             policy: self.policy.clone(),
             workers: self.workers.clone(),
             share: self.share.clone(),
             closed: self.closing.clone(),
-        }
+        })
     }
 
     /// A view and a seqno to read it at, for reads without a registered

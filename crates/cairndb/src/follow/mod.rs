@@ -448,7 +448,7 @@ impl Shared {
         let mem = sealed.pop().unwrap_or_else(|| Arc::new(Memtable::new(0)));
         let version = p.version.clone();
         let reads = self.policy.how(|| version.value_bytes_live());
-        ReadView {
+        let parts = crate::read::ViewParts {
             mem,
             sealed,
             version,
@@ -456,12 +456,12 @@ impl Shared {
             // one seqno less to trust costs nothing here.
             table_seqno_max: crate::limits::SEQNO_MAX,
             tables: self.tables.clone(),
-            reads,
             policy: self.policy.clone(),
             workers: self.workers.clone(),
             share: self.share.clone(),
             closed: self.closing.clone(),
-        }
+        };
+        ReadView::new(Arc::new(parts), reads)
     }
 
     fn catch_up(&self) -> Result<CatchUp> {

@@ -165,6 +165,7 @@ impl Inner {
             s.version = Arc::new(version);
             s.pressure = pressure;
             install(&mut s);
+            self.refresh_view(&mut s);
         }
         removed.mark_obsolete();
         if m.file.len() > MANIFEST_BYTES_MAX

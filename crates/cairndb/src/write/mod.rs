@@ -774,6 +774,7 @@ impl Inner {
                 sealed.extend(streams.segments().map(|seg| seg.number));
             }
             s.sealed.push(old);
+            self.refresh_view(&mut s);
             sealed
         };
         drop(journal);
