@@ -1167,6 +1167,31 @@ fn a_failed_settling_step_does_not_stop_writes() {
     assert_eq!(db.get(key(42)).expect("get"), Some(value(42, 0, BIG)));
 }
 
+/// Keys of the settling-beside-scans tests.
+const KEYS: usize = 4096;
+
+/// A database with background compaction, no idle settling and
+/// `settle_for_scans` at `ratio`, loaded with `KEYS` 4 KiB values (16 MiB)
+/// in 1 MiB journals, in an order far from key order, and flushed.
+fn loaded_out_of_order(ratio: f64) -> (MemFs, Db) {
+    let fs = MemFs::new();
+    let o = Options {
+        journal_bytes: 1 << 20,
+        memtable_bytes: 1 << 20,
+        background_compaction: true,
+        settle_after_idle: None,
+        settle_for_scans: ratio,
+        ..opts(&fs, 1024)
+    };
+    let db = Db::open(dir(), o).expect("open");
+    for n in 0..KEYS {
+        let i = n * 1237 % KEYS;
+        db.put(key(i), value(i, 0, BIG)).expect("put");
+    }
+    db.flush().expect("flush");
+    (fs, db)
+}
+
 /// `settle_for_scans`: while writes go on, the background compactions
 /// they bring about also settle values still in journals, as far as scans
 /// beside them read values at random from journals; with writes alone
@@ -1174,26 +1199,10 @@ fn a_failed_settling_step_does_not_stop_writes() {
 /// come), and with the ratio at 0 scans change nothing either.
 #[test]
 fn scans_beside_writes_settle_values_while_writes_go_on() {
-    // 16 MiB of 4 KiB values in 1 MiB journals, written in an order far
-    // from key order: a scan window of 256 keys finds about 16 values
-    // in each journal, 64 KiB apart, each read alone.
-    const KEYS: usize = 4096;
+    // A scan window of 256 keys finds about 16 values in each journal,
+    // 64 KiB apart, each read alone.
     for ratio in [0.0, 1.0] {
-        let fs = MemFs::new();
-        let o = Options {
-            journal_bytes: 1 << 20,
-            memtable_bytes: 1 << 20,
-            background_compaction: true,
-            settle_after_idle: None,
-            settle_for_scans: ratio,
-            ..opts(&fs, 1024)
-        };
-        let db = Db::open(dir(), o).expect("open");
-        for n in 0..KEYS {
-            let i = n * 1237 % KEYS;
-            db.put(key(i), value(i, 0, BIG)).expect("put");
-        }
-        db.flush().expect("flush");
+        let (_fs, db) = loaded_out_of_order(ratio);
         // Keys between the loaded ones, so that every level-0 merge meets
         // the loaded keys' tables.
         let between = |i: usize| format!("k{:05}x", i * 7919 % KEYS).into_bytes();
@@ -1302,25 +1311,9 @@ fn scans_beside_writes_settle_values_while_writes_go_on() {
 /// moves.
 #[test]
 fn short_scans_settle_values_without_writes() {
-    // 16 MiB of 4 KiB values written far from key order, in 1 MiB
-    // journals: a scan of 50 keys reads each value alone.
-    const KEYS: usize = 4096;
+    // A scan of 50 keys reads each value alone.
     for ratio in [0.0, 1.0] {
-        let fs = MemFs::new();
-        let o = Options {
-            journal_bytes: 1 << 20,
-            memtable_bytes: 1 << 20,
-            background_compaction: true,
-            settle_after_idle: None,
-            settle_for_scans: ratio,
-            ..opts(&fs, 1024)
-        };
-        let db = Db::open(dir(), o).expect("open");
-        for n in 0..KEYS {
-            let i = n * 1237 % KEYS;
-            db.put(key(i), value(i, 0, BIG)).expect("put");
-        }
-        db.flush().expect("flush");
+        let (fs, db) = loaded_out_of_order(ratio);
         let quiet = |db: &Db| {
             let s = db.stats();
             (s.compactions, s.value_bytes_settled)
