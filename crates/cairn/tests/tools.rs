@@ -17,9 +17,28 @@ fn cairn(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `cairn args`, again for up to 10 s while it finds the database locked:
+/// the tests of this binary run in parallel, and a child one of them
+/// spawns while another's handle of a directory is open shares that
+/// handle's lock until the child's exec closes it (long enough to matter
+/// on a loaded machine). For the runs that expect no lock; the test of a
+/// lock held on purpose calls `cairn`.
+fn cairn_unlocked(args: &[&str]) -> Output {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let out = cairn(args);
+        let locked = String::from_utf8_lossy(&out.stderr).contains("database is locked");
+        if !locked || std::time::Instant::now() >= until {
+            return out;
+        }
+        eprintln!("retrying cairn {args:?}: locked");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Runs `cairn args`, expecting exit status `code`; returns stdout.
 fn run(args: &[&str], code: i32) -> String {
-    let out = cairn(args);
+    let out = cairn_unlocked(args);
     assert_eq!(
         out.status.code(),
         Some(code),
