@@ -1170,6 +1170,19 @@ fn build_base_image() -> crate::Result<Vec<(String, Vec<u8>)>> {
     for i in 0..40u32 {
         db.put_opt(format!("k{i:03}"), format!("value-{i}"), &synced)?;
     }
+    // Separated values of a keyspace that compresses (LZ4, the default
+    // for named ones): the compaction below moves them into a values file
+    // compressed (test `the_base_image_holds_compressed_values`).
+    let users = db.keyspace_with(
+        "users",
+        crate::KeyspaceOptions {
+            value_separation_min: 16,
+            ..crate::KeyspaceOptions::default()
+        },
+    )?;
+    for i in 0..8u32 {
+        users.put(format!("p{i:03}"), format!("{i}").repeat(60 + i as usize))?;
+    }
     db.flush()?;
     db.compact()?;
     for i in (0..40u32).step_by(3) {
@@ -1188,7 +1201,6 @@ fn build_base_image() -> crate::Result<Vec<(String, Vec<u8>)>> {
     db.put_opt("k070", "last", &synced)?;
     // Keyspaces: tables and journal ops of two, one of them dropped with
     // its tables still in place, and a batch spanning keyspaces.
-    let users = db.keyspace("users")?;
     let gone = db.keyspace("gone")?;
     for i in 0..20u32 {
         users.put(format!("u{i:03}"), format!("user-{i}"))?;
@@ -1340,6 +1352,8 @@ fn exercise(db: &Db) -> usize {
             n += ks.iter().take(64).count();
             n += snapshot.iter_in(&ks).take(16).count();
             let _ = ks.get("u005");
+            // A compressed separated value of the base image.
+            let _ = ks.get("p003");
         }
     }
     let _ = db.drop_keyspace("users");
@@ -2138,4 +2152,38 @@ pub fn reframe_journal_record(record: &[u8], number: u64, db_id: u64) -> Option<
     let mut out = Vec::with_capacity(record.len());
     log::encode_record_parts(&mut out, RecordKind::NumberedBatch, seed, &[], payload);
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `open_image` starts from values stored compressed: the base
+    /// image's one values file holds the `users` keyspace's eight values
+    /// in less than half their raw bytes, and they read back.
+    #[test]
+    fn the_base_image_holds_compressed_values() {
+        let files = base_image();
+        let values: Vec<_> = files
+            .iter()
+            .filter(|(n, _)| n.ends_with(".values"))
+            .collect();
+        let raw: usize = (0..8).map(|i| 60 + i).sum();
+        let stored: usize = values.iter().map(|(_, b)| b.len()).sum();
+        assert!(
+            !values.is_empty() && stored * 2 < raw,
+            "{stored} bytes in {} values files for {raw} raw",
+            values.len()
+        );
+        let fs = MemFs::new();
+        for (name, bytes) in files {
+            put_file(&fs, &db_dir().join(name), bytes).expect("image file");
+        }
+        let db = Db::open(db_dir(), small_options(&fs, 0x01)).expect("open");
+        let users = db.keyspace("users").expect("users");
+        for i in 0..8u32 {
+            let want = format!("{i}").repeat(60 + i as usize).into_bytes();
+            assert_eq!(users.get(format!("p{i:03}")).expect("get"), Some(want));
+        }
+    }
 }

@@ -132,9 +132,13 @@ pub struct Options {
     /// bits per key, 0.0015 %); `KeyspaceOptions::filter_bits` for the
     /// others.
     pub filter_bits: u8,
-    /// How tables' data blocks are compressed (default: not at all). A
-    /// block that would not shrink by an eighth is stored as it is, and
-    /// the block cache holds blocks decompressed.
+    /// How the default keyspace's table data blocks, and the separated
+    /// values compactions move into values files, are compressed
+    /// (default: not at all; `KeyspaceOptions::compression` for the
+    /// others). A block or value that would not shrink by an eighth is
+    /// stored as it is, and the block cache holds blocks decompressed.
+    /// Journals and value streams keep values raw: a value is compressed
+    /// when a compaction first moves it (settling, value GC).
     pub compression: Compression,
     /// Target size of a table written by compaction.
     pub table_bytes: u64,
@@ -341,7 +345,8 @@ macro_rules! sabotaged {
 }
 pub(crate) use sabotaged;
 
-/// How tables' data blocks are compressed (`Options::compression`).
+/// How tables' data blocks and moved separated values are compressed
+/// (`Options::compression`, `KeyspaceOptions::compression`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Compression {
     /// Stored as they are.

@@ -5,7 +5,7 @@
 //! replay. Each test opens a copy, checks every key, writes, and reopens.
 //!
 //! `write_image` (ignored) writes a new image with the build at hand, for
-//! the next format change: `CAIRNDB_IMAGE=format9 cargo test -p cairndb
+//! the next format change: `CAIRNDB_IMAGE=format10 cargo test -p cairndb
 //! --test compat write_image -- --ignored`.
 
 use cairndb::{Db, Options, WriteOptions};
@@ -214,4 +214,11 @@ fn a_format_7_database_opens() {
 #[test]
 fn a_format_8_database_opens() {
     opens("format8");
+}
+
+/// Format 9 (16-bit filter fingerprints), written by the build before
+/// manifest format 10 (compressed separated values).
+#[test]
+fn a_format_9_database_opens() {
+    opens("format9");
 }

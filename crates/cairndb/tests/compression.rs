@@ -1,8 +1,11 @@
-//! Compressed tables (`Options::compression`): data read back whole
-//! through flushes, compactions and reopens under each codec, with less
-//! on disk for compressible data, and a database moving between codecs.
+//! Compressed tables and separated values (`Options::compression`,
+//! `KeyspaceOptions::compression`): data read back whole through flushes,
+//! compactions and reopens under each codec and every way of reading
+//! values, with less on disk for compressible data, incompressible values
+//! stored as they are, damage reported, and a database moving between
+//! codecs.
 
-use cairndb::{Compression, Db, Error, Options};
+use cairndb::{Compression, Db, Error, KeyspaceOptions, Options, ValueReads};
 use std::path::Path;
 
 fn opts(compression: Compression) -> Options {
@@ -31,10 +34,15 @@ fn value(i: u32) -> Vec<u8> {
 const N: u32 = 20_000;
 
 fn table_bytes(dir: &Path) -> u64 {
+    bytes_of(dir, "table")
+}
+
+/// Bytes of the files in `dir` named `*.ext`.
+fn bytes_of(dir: &Path, ext: &str) -> u64 {
     std::fs::read_dir(dir)
         .expect("list")
         .filter_map(|e| e.ok())
-        .filter(|e| e.path().extension().is_some_and(|x| x == "table"))
+        .filter(|e| e.path().extension().is_some_and(|x| x == ext))
         .map(|e| e.metadata().expect("stat").len())
         .sum()
 }
@@ -118,5 +126,257 @@ fn a_bad_zstd_level_is_refused() {
             Err(Error::InvalidArgument(_)) => {}
             other => panic!("level {level}: {other:?}"),
         }
+    }
+}
+
+/// Separated values: options separating values of 1 KiB and more, read as
+/// `reads` says.
+fn separating(compression: Compression, reads: ValueReads) -> Options {
+    Options {
+        compression,
+        value_separation_min: 1024,
+        value_reads: reads,
+        memtable_bytes: 256 << 10,
+        background_compaction: false,
+        ..Options::default()
+    }
+}
+
+/// Keys with separated values.
+const SEPARATED: u32 = 2_000;
+
+/// A 4 KiB value of words (about 4:1), naming its key first.
+fn big(i: u32) -> Vec<u8> {
+    let mut v = format!("{i}:").into_bytes();
+    while v.len() < 4096 {
+        v.extend_from_slice(&value(i + v.len() as u32));
+    }
+    v.truncate(4096);
+    v
+}
+
+/// A 4 KiB value no codec shrinks.
+fn noise(i: u32) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(i);
+    (0..4096)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Every separated value read back by point reads, `multi_get`, forward
+/// and reverse scans and short ranges.
+fn check_separated(db: &Db, of: fn(u32) -> Vec<u8>, what: &str) {
+    for i in (0..SEPARATED).step_by(7) {
+        assert_eq!(
+            db.get(key(i)).expect("get").as_deref(),
+            Some(&of(i)[..]),
+            "{what}: key {i}"
+        );
+    }
+    let keys: Vec<_> = (0..SEPARATED).step_by(13).map(key).collect();
+    for (k, got) in keys.iter().zip(db.multi_get(&keys)) {
+        let i: u32 = std::str::from_utf8(&k[5..])
+            .expect("utf8")
+            .parse()
+            .expect("num");
+        assert_eq!(
+            got.expect("multi_get"),
+            Some(of(i)),
+            "{what}: multi_get {i}"
+        );
+    }
+    let want: Vec<_> = (0..SEPARATED).map(|i| (key(i), of(i))).collect();
+    let all: Vec<_> = db.iter().collect::<cairndb::Result<_>>().expect("scan");
+    assert!(all == want, "{what}: forward scan");
+    let mut back: Vec<_> = db
+        .iter()
+        .rev()
+        .collect::<cairndb::Result<_>>()
+        .expect("scan back");
+    back.reverse();
+    assert!(back == want, "{what}: reverse scan");
+    for start in (0..SEPARATED).step_by(191) {
+        let short: Vec<_> = db
+            .range(key(start)..)
+            .take(20)
+            .collect::<cairndb::Result<_>>()
+            .expect("range");
+        let end = (start as usize + 20).min(want.len());
+        assert!(
+            short == want[start as usize..end],
+            "{what}: range from {start}"
+        );
+    }
+}
+
+/// Writes `of`'s values for every key, out of key order, flushes and
+/// compacts (which moves every value into a values file); checks them
+/// through every way of reading values after the compaction and after a
+/// reopen; returns the values files' bytes.
+fn load_separated(dir: &Path, compression: Compression, of: fn(u32) -> Vec<u8>) -> u64 {
+    let db = Db::open(dir, separating(compression, ValueReads::Auto)).expect("open");
+    for i in (0..SEPARATED).rev() {
+        db.put(key(i), of(i)).expect("put");
+    }
+    db.flush().expect("flush");
+    db.compact().expect("compact");
+    let stats = db.stats();
+    assert_eq!(
+        stats.value_bytes_unsettled, 0,
+        "{compression:?}: a full compaction moves every value"
+    );
+    check_separated(&db, of, "after compaction");
+    db.close().expect("close");
+    for reads in [
+        ValueReads::PageCache,
+        ValueReads::Direct,
+        ValueReads::CachedElseDirect,
+    ] {
+        let db = Db::open(dir, separating(compression, reads)).expect("reopen");
+        check_separated(&db, of, &format!("{compression:?} after reopen, {reads:?}"));
+        db.close().expect("close");
+    }
+    bytes_of(dir, "values")
+}
+
+#[test]
+fn moved_values_are_compressed_and_read_back_by_every_path() {
+    let raw = u64::from(SEPARATED) * 4096;
+    let plain_dir = tempfile::tempdir().expect("tempdir");
+    let plain = load_separated(plain_dir.path(), Compression::None, big);
+    assert!(
+        plain >= raw,
+        "uncompressed: {plain} bytes of values files for {raw} of values"
+    );
+    for codec in [Compression::Lz4, Compression::Zstd(3)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let packed = load_separated(dir.path(), codec, big);
+        assert!(
+            packed * 3 < plain,
+            "{codec:?}: {packed} bytes of values files against {plain} uncompressed"
+        );
+    }
+}
+
+#[test]
+fn incompressible_values_are_moved_as_they_are() {
+    let raw = u64::from(SEPARATED) * 4096;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stored = load_separated(dir.path(), Compression::Lz4, noise);
+    assert!(
+        stored >= raw,
+        "LZ4 on noise: {stored} bytes of values files for {raw} of values"
+    );
+}
+
+/// Named keyspaces compress their moved values by default; the default
+/// keyspace, as its `Options::compression` says, does not.
+#[test]
+fn a_named_keyspace_compresses_moved_values_by_default() {
+    let raw = u64::from(SEPARATED) * 4096;
+    for named in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db =
+            Db::open(dir.path(), separating(Compression::None, ValueReads::Auto)).expect("open");
+        let ks = db
+            .keyspace_with(
+                if named { "docs" } else { "other" },
+                KeyspaceOptions {
+                    value_separation_min: 1024,
+                    ..KeyspaceOptions::default()
+                },
+            )
+            .expect("keyspace");
+        for i in 0..SEPARATED {
+            if named {
+                ks.put(key(i), big(i)).expect("put");
+            } else {
+                db.put(key(i), big(i)).expect("put");
+            }
+        }
+        db.flush().expect("flush");
+        db.compact().expect("compact");
+        for i in (0..SEPARATED).step_by(11) {
+            let got = if named {
+                ks.get(key(i))
+            } else {
+                db.get(key(i))
+            };
+            assert_eq!(got.expect("get"), Some(big(i)), "named {named}: key {i}");
+        }
+        db.close().expect("close");
+        let stored = bytes_of(dir.path(), "values");
+        if named {
+            assert!(stored * 3 < raw, "named keyspace: {stored} bytes for {raw}");
+        } else {
+            assert!(stored >= raw, "default keyspace: {stored} bytes for {raw}");
+        }
+    }
+}
+
+/// A flipped bit in a compressed value is `Corruption` naming its values
+/// file, for that value alone: the others still read, and nothing panics.
+#[test]
+fn a_damaged_compressed_value_is_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    load_separated(dir.path(), Compression::Lz4, big);
+    let values: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("list")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "values"))
+        .collect();
+    let victim = &values[0];
+    let mut bytes = std::fs::read(victim).expect("read");
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x20;
+    std::fs::write(victim, &bytes).expect("write");
+    let db = Db::open(
+        dir.path(),
+        separating(Compression::Lz4, ValueReads::PageCache),
+    )
+    .expect("open");
+    let mut damaged = 0;
+    for i in 0..SEPARATED {
+        match db.get(key(i)) {
+            Ok(v) => assert_eq!(v, Some(big(i)), "key {i}"),
+            Err(Error::Corruption { file, detail, .. }) => {
+                assert_eq!(&file, victim, "{detail}");
+                assert!(detail.contains("checksum"), "{detail}");
+                damaged += 1;
+            }
+            Err(e) => panic!("key {i}: {e}"),
+        }
+    }
+    assert_eq!(damaged, 1, "one value holds the flipped bit");
+    assert!(
+        db.iter().any(|kv| kv.is_err()),
+        "a scan over the damage fails"
+    );
+}
+
+/// Raw and compressed values live side by side as the codec changes
+/// between opens.
+#[test]
+fn separated_values_change_codec_between_opens() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    load_separated(dir.path(), Compression::None, big);
+    for (round, codec) in [Compression::Lz4, Compression::Zstd(1), Compression::None]
+        .into_iter()
+        .enumerate()
+    {
+        let db = Db::open(dir.path(), separating(codec, ValueReads::Auto)).expect("open");
+        for i in (round as u32..SEPARATED).step_by(3) {
+            db.put(key(i), big(i)).expect("put");
+        }
+        db.flush().expect("flush");
+        db.compact().expect("compact");
+        check_separated(&db, big, &format!("{codec:?}"));
+        db.close().expect("close");
     }
 }

@@ -6,8 +6,11 @@ use super::quiet::Quiet;
 use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::format::vptr::{ValuePtr, padding};
+use crate::options::Compression;
 use crate::version::files;
 use crate::version::segments::SegmentFile;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Value bytes a background compaction may move: the floor
 /// `value_gc_bytes_per_compaction`, or `value_gc_pace` times the journal
@@ -98,152 +101,202 @@ impl Created {
 }
 
 /// A values file being written by a compaction: values moved out of
-/// segments that are mostly dead (value GC).
+/// segments that are mostly dead (value GC) or still in write order
+/// (settling).
 pub(super) struct ValuesOut {
     pub(super) number: u64,
     pub(super) file: Box<dyn crate::io::FileWrite>,
-    /// Bytes given out: written, plus those of the moves still pending.
+    /// Bytes written, padding included.
     bytes: u64,
 }
 
 /// Most moves read together, and most bytes they may hold.
 pub(super) const MOVES_MAX: usize = 256;
 pub(super) const MOVES_BYTES_MAX: u64 = 8 << 20;
-/// Value GC's moves: each value gets its new place (the current values
-/// file, at the next offset) as soon as the merge meets it, so the table
-/// entry can be written at once; the values themselves are read in
-/// batches on the worker threads (many device reads in flight instead of
-/// one) and appended in the order their places were given.
-#[derive(Default)]
+
+/// A compaction's moves: the values the merge chose to move, in the order
+/// it met them (key order), read in batches on the worker threads (many
+/// device reads in flight instead of one), compressed there if the
+/// keyspace compresses, and appended to the current values file. A value
+/// gets its new pointer only when its batch is placed (`drain`): where it
+/// lands and what it stores depend on how the values before it
+/// compressed.
 pub(super) struct Moves {
     pub(super) out: Vec<ValuesOut>,
-    /// Values given a place in `out.last()` and not yet copied, with the
-    /// zero bytes to write before each.
-    pending: Vec<(std::sync::Arc<SegmentFile>, ValuePtr, u64)>,
+    /// Values to move and not yet read: their segments and pointers.
+    pending: Vec<(Arc<SegmentFile>, ValuePtr)>,
     pending_bytes: u64,
-    /// Value bytes given a place so far.
+    /// Stored bytes of the values taken to move so far, as they were
+    /// stored before (what their segments lose).
     pub(super) moved_bytes: u64,
+    /// Stored bytes of the moved values per values file, padding not
+    /// counted (the edit's `value_live`).
+    pub(super) written: BTreeMap<u64, u64>,
+    /// How raw values are stored as they move (the keyspace's tables'
+    /// compression); values compressed already move as they are.
+    compression: Compression,
 }
 
 impl Moves {
-    /// Gives the value `ptr` names (in `seg`) its place in this
-    /// compaction's values file, starting a new file when the current one
-    /// is full; returns the new pointer. The value is copied later
-    /// (`drain`): same length and checksum, so the pointer is known now.
-    pub(super) fn add(
-        &mut self,
-        inner: &Inner,
-        seg: std::sync::Arc<SegmentFile>,
-        ptr: ValuePtr,
-        created: &mut Created,
-    ) -> Result<ValuePtr> {
-        if self
-            .out
-            .last()
-            .is_none_or(|o| o.bytes >= inner.opts.journal_bytes)
-        {
-            self.drain(inner)?;
-            let (number, file) = created.create(inner, true)?;
-            self.out.push(ValuesOut {
-                number,
-                file,
-                bytes: 0,
-            });
+    pub(super) fn new(compression: Compression) -> Moves {
+        Moves {
+            out: Vec::new(),
+            pending: Vec::new(),
+            pending_bytes: 0,
+            moved_bytes: 0,
+            written: BTreeMap::new(),
+            compression,
         }
-        let o = self
-            .out
-            .last_mut()
-            .expect("a values file was started above if none was open");
-        let pad = padding(o.bytes, u64::from(ptr.len));
-        let moved = ValuePtr {
-            segment: o.number,
-            offset: o.bytes + pad,
-            ..ptr
-        };
-        o.bytes += pad + u64::from(ptr.len);
-        self.pending_bytes += pad + u64::from(ptr.len);
-        self.moved_bytes += u64::from(ptr.len);
-        self.pending.push((seg, ptr, pad));
-        if self.pending.len() >= MOVES_MAX || self.pending_bytes >= MOVES_BYTES_MAX {
-            self.drain(inner)?;
-        }
-        Ok(moved)
     }
 
-    /// Reads the pending values (on the worker threads) and appends them,
-    /// in order, to the current values file.
-    pub(super) fn drain(&mut self, inner: &Inner) -> Result<()> {
+    /// Takes the value `ptr` names (in `seg`) to move with the next
+    /// batch; returns its index in that batch (`drain`'s result).
+    pub(super) fn add(&mut self, seg: Arc<SegmentFile>, ptr: ValuePtr) -> usize {
+        self.pending_bytes += u64::from(ptr.len);
+        self.moved_bytes += u64::from(ptr.len);
+        self.pending.push((seg, ptr));
+        self.pending.len() - 1
+    }
+
+    /// True if the pending batch is as large as one may grow.
+    pub(super) fn full(&self) -> bool {
+        self.pending.len() >= MOVES_MAX || self.pending_bytes >= MOVES_BYTES_MAX
+    }
+
+    /// Reads the pending values (on the worker threads), compresses the
+    /// raw ones if the keyspace compresses and they shrink, and appends
+    /// them in order to the current values file, starting a new one
+    /// (recorded in `created`) when it is full. Returns each value's new
+    /// pointer, in the order `add` took them.
+    pub(super) fn drain(&mut self, inner: &Inner, created: &mut Created) -> Result<Vec<ValuePtr>> {
         if self.pending.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let pending = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
         let (tx, rx) = crossbeam_channel::unbounded();
-        for (i, (seg, ptr, _)) in pending.iter().enumerate() {
-            let (seg, ptr, tx) = (seg.clone(), *ptr, tx.clone());
+        for (i, (seg, ptr)) in pending.iter().enumerate() {
+            let (seg, ptr, tx, how) = (seg.clone(), *ptr, tx.clone(), self.compression);
             inner.workers.run(move || {
-                // From the page cache if it holds the value (a scan or a
-                // reader just read it), else with a direct read.
-                let got = match seg.read_cached(&ptr) {
-                    Ok(Some(v)) => Ok(Some(v)),
-                    _ => seg.read(&ptr, true),
-                };
-                let _ = tx.send((i, got));
+                let _ = tx.send((i, read_packed(&seg, ptr, how)));
             });
         }
         drop(tx);
-        let mut values: Vec<Option<std::io::Result<Option<Vec<u8>>>>> =
-            pending.iter().map(|_| None).collect();
+        let mut values: Vec<Option<Packed>> = pending.iter().map(|_| None).collect();
         for (i, got) in rx.iter() {
             values[i] = Some(got);
+        }
+        let mut placed = Vec::with_capacity(pending.len());
+        // The values and padding for the current values file, appended in
+        // one write (or one per file where the batch starts a new one).
+        let mut buf = Vec::new();
+        for ((seg, ptr), got) in pending.iter().zip(values) {
+            // A value whose reader was lost (it panicked) is read here.
+            let got = got.unwrap_or_else(|| read_packed(seg, *ptr, self.compression));
+            let (packed, stored) = checked_move(seg, ptr, got)?;
+            if self
+                .out
+                .last()
+                .is_none_or(|o| o.bytes >= inner.opts.journal_bytes)
+            {
+                self.append(inner, &mut buf)?;
+                let (number, file) = created.create(inner, true)?;
+                self.out.push(ValuesOut {
+                    number,
+                    file,
+                    bytes: 0,
+                });
+            }
+            let o = self
+                .out
+                .last_mut()
+                .expect("a values file was started above if none was open");
+            let pad = padding(o.bytes, u64::from(packed.len));
+            let to = ValuePtr {
+                segment: o.number,
+                offset: o.bytes + pad,
+                ..packed
+            };
+            buf.resize(buf.len() + pad as usize, 0);
+            buf.extend_from_slice(&stored);
+            o.bytes += pad + u64::from(to.len);
+            *self.written.entry(o.number).or_default() += u64::from(to.len);
+            assert!(
+                to.len <= ptr.len,
+                "a moved value stores no more bytes than it did"
+            );
+            placed.push(to);
+        }
+        self.append(inner, &mut buf)?;
+        assert_eq!(placed.len(), pending.len(), "every pending move is placed");
+        Ok(placed)
+    }
+
+    /// Appends `buf` (then cleared) to the current values file.
+    fn append(&mut self, inner: &Inner, buf: &mut Vec<u8>) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
         }
         let o = self
             .out
             .last_mut()
-            .expect("pending moves were given places in an open values file");
-        // The batch's values and padding, appended in one write.
-        let mut buf = Vec::with_capacity(
-            pending
-                .iter()
-                .map(|(_, p, pad)| *pad as usize + p.len as usize)
-                .sum(),
-        );
-        for ((seg, ptr, pad), got) in pending.iter().zip(values) {
-            let path = files::journal(&inner.dir, ptr.segment);
-            // A value whose reader was lost (it panicked) is read here.
-            let got = got.unwrap_or_else(|| seg.read(ptr, true));
-            let value = match got {
-                Ok(Some(v)) => v,
-                Ok(None) => {
-                    return Err(Error::corruption(
-                        &path,
-                        ptr.offset,
-                        "a value being moved fails its checksum",
-                    ));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    return Err(Error::corruption(
-                        &path,
-                        ptr.offset,
-                        "a value being moved lies past the end of its segment",
-                    ));
-                }
-                Err(e) => {
-                    return Err(Error::io(
-                        format!("reading a value to move from {}", path.display()),
-                        e,
-                    ));
-                }
-            };
-            buf.resize(buf.len() + *pad as usize, 0);
-            buf.extend_from_slice(&value);
-        }
-        o.file.append(&buf).map_err(|e| {
+            .expect("bytes are placed only in an open values file");
+        o.file.append(buf).map_err(|e| {
             Error::io(
                 format!("writing {}", files::values(&inner.dir, o.number).display()),
                 e,
             )
         })?;
+        buf.clear();
         Ok(())
+    }
+
+    /// True if no move is waiting for `drain`.
+    pub(super) fn drained(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+/// A value read for a move: its pointer and stored bytes as they will be
+/// written (compressed if they were packed), or why it could not be read
+/// (`None`: it fails its checksum).
+type Packed = std::io::Result<Option<(ValuePtr, Vec<u8>)>>;
+
+/// Reads the value `ptr` names in `seg` — from the page cache if it holds
+/// it (a scan or a reader just read it), else with a direct read — and
+/// packs it as `how` says if it is raw and shrinks.
+fn read_packed(seg: &SegmentFile, ptr: ValuePtr, how: Compression) -> Packed {
+    let got = match seg.read_cached(&ptr) {
+        Ok(Some(v)) => Ok(Some(v)),
+        _ => seg.read(&ptr, true),
+    };
+    Ok(got?.map(|stored| {
+        let mut packed = ptr;
+        match packed.pack(how, &stored) {
+            Some(smaller) => (packed, smaller),
+            None => (ptr, stored),
+        }
+    }))
+}
+
+/// A moved value's read turned into its pointer and bytes, or the error
+/// naming the file it lies in.
+fn checked_move(seg: &SegmentFile, ptr: &ValuePtr, got: Packed) -> Result<(ValuePtr, Vec<u8>)> {
+    match got {
+        Ok(Some(v)) => Ok(v),
+        Ok(None) => Err(Error::corruption(
+            seg.path(),
+            ptr.offset,
+            "a value being moved fails its checksum",
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(Error::corruption(
+            seg.path(),
+            ptr.offset,
+            "a value being moved lies past the end of its segment",
+        )),
+        Err(e) => Err(Error::io(
+            format!("reading a value to move from {}", seg.path().display()),
+            e,
+        )),
     }
 }

@@ -160,16 +160,25 @@ pub(super) fn merge_into(
     // Value bytes moved out of journals by settling (also in `moves`).
     let mut settled = 0u64;
     let mut merged = open_inputs(inner, inputs)?;
-    let mut outputs = Vec::new();
-    let mut writer: Option<(u64, TableWriter)> = None;
+    let mut out = Outputs {
+        inner,
+        opts: &table_opts,
+        table_bytes,
+        keyspace,
+        level: out_level,
+        writer: None,
+        tables: Vec::new(),
+        waiting: Vec::new(),
+        bytes: Vec::new(),
+    };
     let mut current: Option<Vec<u8>> = None;
+    // The next entry written starts a user key (tables end only there).
+    let mut key_starts = false;
     // Seqno of the previous (newer) entry of the current user key.
     let mut newer_seqno = u64::MAX;
     let mut dead = std::collections::BTreeMap::<u64, u64>::new();
-    let mut moved = std::collections::BTreeMap::<u64, u64>::new();
     let mut dropped = 0u64;
-    let mut moves = Moves::default();
-    let mut ptr_buf = Vec::new();
+    let mut moves = Moves::new(table_opts.compression);
     // A settling step cut short gives up unless it has moved as many value
     // bytes as its inputs hold: finishing would rewrite the tables for
     // less than that. At close it always gives up.
@@ -186,13 +195,8 @@ pub(super) fn merge_into(
             .ok_or_else(|| Error::corruption(&inner.dir, 0, "internal key shorter than its tag"))?;
         let seqno = key::tag_seqno(tag);
         if current.as_deref() != Some(user) {
-            if let Some((_, w)) = &writer
-                && w.estimated_size() >= table_bytes
-                && let Some(full) = writer.take()
-            {
-                outputs.push(finish(full, keyspace, out_level)?);
-            }
             current = Some(user.to_vec());
+            key_starts = true;
             newer_seqno = u64::MAX;
         }
         if seqno >= newer_seqno {
@@ -222,10 +226,7 @@ pub(super) fn merge_into(
             }
             continue;
         }
-        let w = match &mut writer {
-            Some((_, w)) => w,
-            None => &mut writer.insert(new_table(inner, &table_opts, created)?).1,
-        };
+        let starts = std::mem::take(&mut key_starts);
         let is_pointer = key::tag_kind(tag) == Kind::Pointer as u8;
         let move_one = is_pointer
             .then(|| value_to_move(inner, v, moving, &moves, settled, merged.value()))
@@ -234,23 +235,24 @@ pub(super) fn merge_into(
             if settles {
                 settled += u64::from(ptr.len);
             }
-            let to = moves.add(inner, seg, ptr, created)?;
             *dead.entry(ptr.segment).or_default() += u64::from(ptr.len);
-            *moved.entry(to.segment).or_default() += u64::from(to.len);
-            ptr_buf.clear();
-            to.encode(&mut ptr_buf);
-            w.add(ikey, &ptr_buf)?;
+            let slot = moves.add(seg, ptr);
+            out.add(ikey, starts, Out::Moved(slot), created)?;
         } else {
-            w.add(ikey, merged.value())?;
+            out.add(ikey, starts, Out::Stored(merged.value()), created)?;
+        }
+        if moves.full() || out.bytes.len() >= WAITING_BYTES_MAX {
+            let placed = moves.drain(inner, created)?;
+            out.release(&placed, created)?;
         }
     }
-    if let Some(last) = writer {
-        outputs.push(finish(last, keyspace, out_level)?);
-    }
-    assert_eq!(
-        moved.values().sum::<u64>(),
-        moves.moved_bytes,
-        "every value moved has its place in a values file"
+    let placed = moves.drain(inner, created)?;
+    out.release(&placed, created)?;
+    let outputs = out.finish()?;
+    let moved = std::mem::take(&mut moves.written);
+    assert!(
+        moved.values().sum::<u64>() <= moves.moved_bytes,
+        "moved values store no more bytes than they did"
     );
     assert!(
         settled <= moves.moved_bytes,
@@ -263,6 +265,135 @@ pub(super) fn merge_into(
         moved: moved.into_iter().collect(),
         dropped,
     }))
+}
+
+/// Most bytes of keys and values a merge holds back while moves before
+/// them are read.
+const WAITING_BYTES_MAX: usize = 8 << 20;
+
+/// An output entry's value: as the input stores it, or the new pointer of
+/// the `n`th value of the moves' pending batch.
+enum Out<'a> {
+    Stored(&'a [u8]),
+    Moved(usize),
+}
+
+/// An entry held back: its key and value in `Outputs::bytes`.
+struct Waiting {
+    key: std::ops::Range<usize>,
+    /// `Ok`: the value's bytes; `Err(n)`: the new pointer of the `n`th
+    /// move of the batch.
+    value: std::result::Result<std::ops::Range<usize>, usize>,
+    /// The entry starts a user key.
+    starts: bool,
+}
+
+/// A merge's output tables, written in key order, a new table started at
+/// a user key once the current one is full. An entry whose value moves,
+/// and every entry after it, waits until its batch of moves is placed
+/// (`release`): its pointer (the place, length and checksum of a value
+/// that may be compressed) is known only then.
+struct Outputs<'a> {
+    inner: &'a Inner,
+    opts: &'a TableOptions,
+    table_bytes: u64,
+    keyspace: u32,
+    level: usize,
+    writer: Option<(u64, TableWriter)>,
+    tables: Vec<TableRecord>,
+    waiting: Vec<Waiting>,
+    /// Keys and values of `waiting`, back to back.
+    bytes: Vec<u8>,
+}
+
+impl Outputs<'_> {
+    /// Adds the entry `ikey` (`starts`: the first of its user key) with
+    /// `value`: written now if nothing waits and its value is known, else
+    /// held back.
+    fn add(&mut self, ikey: &[u8], starts: bool, value: Out, created: &mut Created) -> Result<()> {
+        if self.waiting.is_empty()
+            && let Out::Stored(v) = value
+        {
+            return self.write(ikey, starts, v, created);
+        }
+        let key = self.bytes.len()..self.bytes.len() + ikey.len();
+        self.bytes.extend_from_slice(ikey);
+        let value = match value {
+            Out::Stored(v) => {
+                let at = self.bytes.len();
+                self.bytes.extend_from_slice(v);
+                Ok(at..self.bytes.len())
+            }
+            Out::Moved(n) => Err(n),
+        };
+        self.waiting.push(Waiting { key, value, starts });
+        Ok(())
+    }
+
+    /// Writes the entries held back, the moved values' pointers taken
+    /// from `placed` (`Moves::drain`, which placed the batch they wait
+    /// for).
+    fn release(&mut self, placed: &[ValuePtr], created: &mut Created) -> Result<()> {
+        let waiting = std::mem::take(&mut self.waiting);
+        let bytes = std::mem::take(&mut self.bytes);
+        let mut ptr_buf = Vec::with_capacity(crate::format::vptr::VPTR_LEN_MAX);
+        let mut used = 0;
+        for w in &waiting {
+            let value = match &w.value {
+                Ok(r) => &bytes[r.clone()],
+                Err(n) => {
+                    assert_eq!(*n, used, "moves are placed in the order they were taken");
+                    used += 1;
+                    ptr_buf.clear();
+                    placed[*n].encode(&mut ptr_buf);
+                    &ptr_buf[..]
+                }
+            };
+            self.write(&bytes[w.key.clone()], w.starts, value, created)?;
+        }
+        assert_eq!(used, placed.len(), "every placed move is written");
+        // Keep the buffers for the next batch.
+        self.waiting = waiting;
+        self.waiting.clear();
+        self.bytes = bytes;
+        self.bytes.clear();
+        Ok(())
+    }
+
+    fn write(
+        &mut self,
+        ikey: &[u8],
+        starts: bool,
+        value: &[u8],
+        created: &mut Created,
+    ) -> Result<()> {
+        if starts
+            && let Some((_, w)) = &self.writer
+            && w.estimated_size() >= self.table_bytes
+            && let Some(full) = self.writer.take()
+        {
+            self.tables.push(finish(full, self.keyspace, self.level)?);
+        }
+        let w = match &mut self.writer {
+            Some((_, w)) => w,
+            None => {
+                &mut self
+                    .writer
+                    .insert(new_table(self.inner, self.opts, created)?)
+                    .1
+            }
+        };
+        w.add(ikey, value)
+    }
+
+    /// The tables written, the last one finished.
+    fn finish(mut self) -> Result<Vec<TableRecord>> {
+        assert!(self.waiting.is_empty(), "no entry is left waiting");
+        if let Some(last) = self.writer.take() {
+            self.tables.push(finish(last, self.keyspace, self.level)?);
+        }
+        Ok(self.tables)
+    }
 }
 
 /// A merging cursor over the tables `inputs`.
@@ -322,7 +453,7 @@ fn value_to_move(
 /// and the directory synced if the merge created files (`tables`: it
 /// wrote any).
 fn make_durable(inner: &Inner, mut moves: Moves, settled: u64, tables: bool) -> Result<()> {
-    moves.drain(inner)?;
+    assert!(moves.drained(), "every move is placed before its edit");
     inner
         .counters
         .value_bytes_moved

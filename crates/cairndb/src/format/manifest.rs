@@ -45,10 +45,12 @@ use crate::limits::LEVELS;
 /// their keyspace), which an older build would refuse as tables of an
 /// unsupported version. Format 9 adds keyspace option tag 7 (16-bit
 /// filter fingerprints) and says tables may carry filters of kind 2
-/// (BinaryFuse16), which an older build would take for damage. Formats 1
-/// to 8 are read as they are, their journals with the framing of their
-/// format.
-pub const MANIFEST_FORMAT: u64 = 9;
+/// (BinaryFuse16), which an older build would take for damage. Format 10
+/// says value pointers may name compressed values (a codec byte after the
+/// checksum, format.md §Value pointers), which an older build would take
+/// for malformed pointers. Formats 1 to 9 are read as they are, their
+/// journals with the framing of their format.
+pub const MANIFEST_FORMAT: u64 = 10;
 /// First manifest format whose journals use the numbered framing.
 pub const MANIFEST_FORMAT_NUMBERED_JOURNALS: u64 = 3;
 /// First manifest format that names the database's identity (tag 9,
@@ -404,8 +406,8 @@ mod examples {
         encode_record(&mut rec, RecordKind::Edit, &first.encode());
         assert_eq!(
             hex(&rec),
-            "34 c1 f5 7c 12 00 00 00 3d da fe 65 02 00 00 00 \
-             01 09 02 02 03 04 04 00 09 ef 9b af cd f8 ac d1 91 01"
+            "ab c0 98 99 12 00 00 00 17 1a 3b ad 02 00 00 00 \
+             01 0a 02 02 03 04 04 00 09 ef 9b af cd f8 ac d1 91 01"
         );
         let key = |k: &[u8]| {
             let mut v = k.to_vec();

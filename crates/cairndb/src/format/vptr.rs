@@ -8,17 +8,24 @@
 //! ```text
 //! varint segment   number of the journal file (segment) holding the value
 //! varint offset    byte offset of the value's first byte in that file
-//! varint len       value length in bytes
-//! 4      crc       masked CRC-32C of the value, u32 LE
+//! varint len       length of the value's stored bytes
+//! 4      crc       masked CRC-32C of the stored bytes, u32 LE
+//! [1     codec]    only for a compressed value: how the stored bytes
+//!                  are compressed (`compress::BLOCK_TYPE_*`, not raw)
 //! ```
 //!
 //! The checksum lets a point read check the value alone, without reading
-//! the whole journal record around it.
+//! the whole journal record around it. A compaction moving values into a
+//! values file may store them compressed, each on its own, in the form a
+//! compressed table block has (`compress`: the raw length, then the
+//! codec's output); journals and value streams hold values raw.
 
 use super::coding::{Reader, crc, put_varint};
+use super::compress::{self, BLOCK_TYPE_LZ4, BLOCK_TYPE_RAW, BLOCK_TYPE_ZSTD};
+use crate::options::Compression;
 
-/// Longest encoded pointer: three 10-byte varints and the crc.
-pub const VPTR_LEN_MAX: usize = 34;
+/// Longest encoded pointer: three 10-byte varints, the crc and a codec.
+pub const VPTR_LEN_MAX: usize = 35;
 
 /// Page size values are aligned to in values files and value streams.
 pub const PAGE: u64 = crate::io::DIRECT_ALIGN as u64;
@@ -45,18 +52,24 @@ pub fn padding(offset: u64, len: u64) -> u64 {
 pub struct ValuePtr {
     pub segment: u64,
     pub offset: u64,
+    /// Length of the stored bytes (the value itself unless compressed).
     pub len: u32,
+    /// Checksum of the stored bytes.
     pub crc: u32,
+    /// How the stored bytes are compressed: `BLOCK_TYPE_RAW` (they are
+    /// the value), `BLOCK_TYPE_LZ4` or `BLOCK_TYPE_ZSTD`.
+    pub codec: u8,
 }
 
 impl ValuePtr {
-    /// A pointer to `value`, stored at `offset` of segment `segment`.
+    /// A pointer to `value`, stored raw at `offset` of segment `segment`.
     pub fn to(segment: u64, offset: u64, value: &[u8]) -> ValuePtr {
         ValuePtr {
             segment,
             offset,
             len: u32::try_from(value.len()).unwrap_or(u32::MAX),
             crc: crc(value),
+            codec: BLOCK_TYPE_RAW,
         }
     }
 
@@ -65,6 +78,9 @@ impl ValuePtr {
         put_varint(out, self.offset);
         put_varint(out, u64::from(self.len));
         out.extend_from_slice(&self.crc.to_le_bytes());
+        if self.codec != BLOCK_TYPE_RAW {
+            out.push(self.codec);
+        }
     }
 
     /// Decodes a pointer that must fill `data` exactly.
@@ -74,17 +90,63 @@ impl ValuePtr {
         let offset = r.varint()?;
         let len = u32::try_from(r.varint()?).ok()?;
         let crc = r.u32_le()?;
+        // A raw value's pointer has no codec byte; one naming raw is not
+        // written, and an unknown codec is not read.
+        let codec = match r.u8() {
+            None => BLOCK_TYPE_RAW,
+            Some(c @ (BLOCK_TYPE_LZ4 | BLOCK_TYPE_ZSTD)) => c,
+            Some(_) => return None,
+        };
         r.is_empty().then_some(ValuePtr {
             segment,
             offset,
             len,
             crc,
+            codec,
         })
     }
 
-    /// True if `value` is what this pointer names (length and checksum).
-    pub fn matches(&self, value: &[u8]) -> bool {
-        value.len() == self.len as usize && crc(value) == self.crc
+    /// True if `stored` are the bytes this pointer names (length and
+    /// checksum).
+    pub fn matches(&self, stored: &[u8]) -> bool {
+        stored.len() == self.len as usize && crc(stored) == self.crc
+    }
+
+    /// True if the stored bytes are compressed (`unpack` turns them into
+    /// the value).
+    pub fn compressed(&self) -> bool {
+        self.codec != BLOCK_TYPE_RAW
+    }
+
+    /// The value out of its stored bytes (which `matches` accepted):
+    /// `stored` itself if raw, else decompressed; `Err(detail)` if they
+    /// do not decompress (at most `compress::COMPRESSED_RAW_MAX` bytes,
+    /// bounded before allocating).
+    pub fn unpack(&self, stored: Vec<u8>) -> Result<Vec<u8>, String> {
+        if self.compressed() {
+            compress::decompress(self.codec, &stored)
+        } else {
+            Ok(stored)
+        }
+    }
+
+    /// This pointer's value stored as `how` says, if it is raw and
+    /// compresses by an eighth (`compress::compress`): the pointer's
+    /// `len`, `crc` and `codec` updated for the compressed bytes, which
+    /// are returned. `None` leaves it stored as it is.
+    pub fn pack(&mut self, how: Compression, value: &[u8]) -> Option<Vec<u8>> {
+        if self.compressed() {
+            return None;
+        }
+        let mut out = Vec::new();
+        let codec = compress::compress(how, value, &mut out);
+        if codec == BLOCK_TYPE_RAW {
+            return None;
+        }
+        self.len = u32::try_from(out.len()).ok()?;
+        self.crc = crc(&out);
+        self.codec = codec;
+        Some(out)
     }
 }
 
@@ -108,6 +170,51 @@ mod tests {
         let mut long = e.clone();
         long.push(0);
         assert_eq!(ValuePtr::decode(&long), None);
+    }
+
+    /// A compressed value's pointer carries its codec; the stored bytes
+    /// unpack to the value, damaged ones to an error, and values that do
+    /// not shrink stay raw.
+    #[test]
+    fn compressed_pointers_round_trip_and_unpack() {
+        let value: Vec<u8> = (0..4096u32).map(|i| (i % 7) as u8).collect();
+        for how in [Compression::Lz4, Compression::Zstd(3)] {
+            let mut p = ValuePtr::to(9, 1 << 33, &value);
+            let stored = p.pack(how, &value).expect("compressible");
+            assert!(p.compressed() && (p.len as usize) < value.len() / 2);
+            assert!(p.matches(&stored) && !p.matches(&value));
+            let mut e = Vec::new();
+            p.encode(&mut e);
+            assert!(e.len() <= VPTR_LEN_MAX);
+            assert_eq!(ValuePtr::decode(&e), Some(p));
+            assert_eq!(p.unpack(stored.clone()).as_deref(), Ok(&value[..]));
+            // Packed once is packed for good.
+            assert_eq!(p.clone().pack(how, &stored), None);
+            // A codec byte naming raw, or no codec, is malformed.
+            for bad in [BLOCK_TYPE_RAW, 3, 0xff] {
+                let last = e.len() - 1;
+                e[last] = bad;
+                assert_eq!(ValuePtr::decode(&e), None, "codec {bad}");
+            }
+            let half = stored.get(..stored.len() / 2).expect("half").to_vec();
+            assert!(p.unpack(half).is_err());
+        }
+        // Incompressible bytes stay raw, and so does anything with
+        // compression off.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let noise: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let mut p = ValuePtr::to(9, 0, &noise);
+        assert_eq!(p.pack(Compression::Lz4, &noise), None);
+        assert_eq!(p.pack(Compression::None, &value), None);
+        assert!(!p.compressed() && p.matches(&noise));
+        assert_eq!(p.unpack(noise.clone()), Ok(noise));
     }
 
     /// Values are padded onto page boundaries only where that saves a

@@ -348,7 +348,16 @@ impl ReadView {
         // moved it to.
         let path = || seg.path();
         match self.read_value(seg, &ptr, flushed) {
-            Ok(Some(v)) => Ok(v),
+            Ok(Some(v)) => ptr.unpack(v).map_err(|detail| {
+                Error::corruption(
+                    path(),
+                    ptr.offset,
+                    format!(
+                        "separated value of {} stored bytes does not decompress: {detail}",
+                        ptr.len
+                    ),
+                )
+            }),
             Ok(None) => Err(Error::corruption(
                 path(),
                 ptr.offset,

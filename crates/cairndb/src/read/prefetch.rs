@@ -22,6 +22,7 @@ use super::policy::{How, Served};
 use super::share::{SHARE_RUN_MIN, Scan};
 use super::stream_share::Reader as StreamReader;
 use crate::Result;
+use crate::format::compress::decompress;
 use crate::format::vptr::ValuePtr;
 use crate::version::segments::{SegmentFile, SegmentKind};
 use std::sync::Arc;
@@ -367,13 +368,23 @@ impl ReadView {
             .collect()
     }
 
-    /// Turns what a reader got into results: a value that could not be
-    /// read or does not match goes through `load`, which re-reads it and
-    /// names the damage.
+    /// Turns what a reader got into results: a compressed value is
+    /// unpacked, and one that could not be read, does not match or does
+    /// not unpack goes through `load`, which re-reads it and names the
+    /// damage.
     fn settle(&self, got: Checked, loaded: &mut Loaded, ptrs: &[Option<ValuePtr>]) {
-        loaded.extend(got.into_iter().map(|(i, v)| match v {
-            Some(v) => (i, Ok(v)),
-            None => (i, self.load_at(ptrs, i).map(Value::Owned)),
+        loaded.extend(got.into_iter().map(|(i, v)| {
+            let ptr = ptrs.get(i).copied().flatten();
+            let v = match (v, ptr) {
+                (Some(v), Some(p)) if p.compressed() => {
+                    decompress(p.codec, v.as_slice()).ok().map(Value::Owned)
+                }
+                (v, _) => v,
+            };
+            match v {
+                Some(v) => (i, Ok(v)),
+                None => (i, self.load_at(ptrs, i).map(Value::Owned)),
+            }
         }));
     }
 
