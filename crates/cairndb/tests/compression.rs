@@ -274,6 +274,22 @@ fn incompressible_values_are_moved_as_they_are() {
     );
 }
 
+/// Compressible values after a long run of incompressible ones (which
+/// compactions try only now and then) are still compressed.
+#[test]
+fn compressible_values_after_incompressible_ones_still_shrink() {
+    fn mixed(i: u32) -> Vec<u8> {
+        if i < SEPARATED / 2 { noise(i) } else { big(i) }
+    }
+    let half = u64::from(SEPARATED / 2) * 4096;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stored = load_separated(dir.path(), Compression::Lz4, mixed);
+    assert!(
+        stored >= half && stored < half + half / 2,
+        "{stored} bytes of values files for {half} of noise and {half} of words"
+    );
+}
+
 /// Named keyspaces compress their moved values by default; the default
 /// keyspace, as its `Options::compression` says, does not.
 #[test]

@@ -154,7 +154,8 @@ pub struct BenchArgs {
     /// not read back into the page cache after writes pause),
     /// cairndb-nosettle (compactions beside writes settle nothing for
     /// scans), cairndb-nostreams (unsynced values in their journal
-    /// records, not in value streams by key range), and the peers rocksdb,
+    /// records, not in value streams by key range), cairndb-lz4 (LZ4
+    /// whatever --compression says), and the peers rocksdb,
     /// lmdb, fjall, redb, sled (each needs its cargo feature).
     #[arg(long, value_delimiter = ',', default_value = "cairndb")]
     pub engines: Vec<String>,

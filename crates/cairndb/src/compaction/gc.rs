@@ -135,7 +135,14 @@ pub(super) struct Moves {
     /// How raw values are stored as they move (the keyspace's tables'
     /// compression); values compressed already move as they are.
     compression: Compression,
+    /// The last batch tried to compress values and none shrank: the next
+    /// tries one value in `BARREN_SAMPLE`, so incompressible data costs
+    /// little more than with compression off.
+    barren: bool,
 }
+
+/// While values do not compress, one value in this many is tried.
+const BARREN_SAMPLE: usize = 16;
 
 impl Moves {
     pub(super) fn new(compression: Compression) -> Moves {
@@ -146,6 +153,7 @@ impl Moves {
             moved_bytes: 0,
             written: BTreeMap::new(),
             compression,
+            barren: false,
         }
     }
 
@@ -175,8 +183,20 @@ impl Moves {
         let pending = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
         let (tx, rx) = crossbeam_channel::unbounded();
+        let sample = if self.barren { BARREN_SAMPLE } else { 1 };
+        let compression = self.compression;
+        let how = move |i: usize| {
+            if i.is_multiple_of(sample) {
+                compression
+            } else {
+                Compression::None
+            }
+        };
+        let tried = (0..pending.len())
+            .filter(|&i| how(i) != Compression::None)
+            .count();
         for (i, (seg, ptr)) in pending.iter().enumerate() {
-            let (seg, ptr, tx, how) = (seg.clone(), *ptr, tx.clone(), self.compression);
+            let (seg, ptr, tx, how) = (seg.clone(), *ptr, tx.clone(), how(i));
             inner.workers.run(move || {
                 let _ = tx.send((i, read_packed(&seg, ptr, how)));
             });
@@ -190,10 +210,14 @@ impl Moves {
         // The values and padding for the current values file, appended in
         // one write (or one per file where the batch starts a new one).
         let mut buf = Vec::new();
-        for ((seg, ptr), got) in pending.iter().zip(values) {
+        let mut shrank = 0;
+        for (i, ((seg, ptr), got)) in pending.iter().zip(values).enumerate() {
             // A value whose reader was lost (it panicked) is read here.
-            let got = got.unwrap_or_else(|| read_packed(seg, *ptr, self.compression));
+            let got = got.unwrap_or_else(|| read_packed(seg, *ptr, how(i)));
             let (packed, stored) = checked_move(seg, ptr, got)?;
+            if packed.compressed() && !ptr.compressed() {
+                shrank += 1;
+            }
             if self
                 .out
                 .last()
@@ -229,6 +253,10 @@ impl Moves {
         }
         self.append(inner, &mut buf)?;
         assert_eq!(placed.len(), pending.len(), "every pending move is placed");
+        assert!(shrank <= tried, "only values tried are compressed");
+        if tried > 0 {
+            self.barren = shrank == 0;
+        }
         Ok(placed)
     }
 
