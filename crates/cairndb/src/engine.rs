@@ -301,9 +301,11 @@ impl Inner {
         (view, self.last_seqno.load(Ordering::Acquire))
     }
 
-    /// Each keyspace's separation threshold, as of `version`.
+    /// Each keyspace's separation threshold and compression, as of
+    /// `version`.
     pub fn separation(&self, version: &Version) -> crate::keyspace::Separation {
         crate::keyspace::Separation::new(self.opts.value_separation_min, version.keyspaces.clone())
+            .compressing(self.opts.compression)
     }
 
     /// How tables of `keyspace` are built, as of `version`, and the size

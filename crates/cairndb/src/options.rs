@@ -132,13 +132,14 @@ pub struct Options {
     /// bits per key, 0.0015 %); `KeyspaceOptions::filter_bits` for the
     /// others.
     pub filter_bits: u8,
-    /// How the default keyspace's table data blocks, and the separated
-    /// values compactions move into values files, are compressed
+    /// How the default keyspace's table data blocks, and its separated
+    /// values, are compressed
     /// (default: not at all; `KeyspaceOptions::compression` for the
     /// others). A block or value that would not shrink by an eighth is
     /// stored as it is, and the block cache holds blocks decompressed.
-    /// Journals and value streams keep values raw: a value is compressed
-    /// when a compaction first moves it (settling, value GC).
+    /// Separated values are compressed as unsynced writes append them to
+    /// value streams, or when a compaction first moves them (settling,
+    /// value GC); synced writes keep theirs raw in the journal.
     pub compression: Compression,
     /// Target size of a table written by compaction.
     pub table_bytes: u64,

@@ -25,6 +25,9 @@ fn opts() -> Options {
         value_partitions: 4,
         journal_direct: false,
         background_compaction: false,
+        // Images from format 10 on hold compressed values; older images
+        // are opened under it too, their raw values beside new ones.
+        compression: cairndb::Compression::Lz4,
         ..Options::default()
     }
 }

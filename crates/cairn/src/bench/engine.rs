@@ -412,7 +412,7 @@ pub struct CairnEngine {
     name: &'static str,
     compression: cairndb::Compression,
     /// `Options::value_separation_min`: values this long are separated
-    /// (written raw, compressed when a compaction moves them).
+    /// (and compressed like the tables).
     separation_min: usize,
     /// Whether the database settles values while idle.
     settles_when_idle: bool,
@@ -574,13 +574,13 @@ impl Engine for CairnEngine {
             cairndb::Compression::Lz4 => "lz4".to_owned(),
             cairndb::Compression::Zstd(level) => format!("zstd level {level}"),
         };
-        // Separated values are written raw and compressed when a
-        // compaction moves them.
+        // Separated values are compressed too: unsynced ones as value
+        // streams take them, synced ones when a compaction moves them.
         if self.separation_min == usize::MAX {
             format!("{what} (table blocks, every value inline)")
         } else {
             format!(
-                "{what} (table blocks; values of {} B and more are separated, written raw, compressed as compactions move them)",
+                "{what} (table blocks; values of {} B and more are separated, compressed as value streams take them, or, written synced, as compactions move them)",
                 self.separation_min
             )
         }

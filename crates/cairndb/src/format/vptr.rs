@@ -15,10 +15,10 @@
 //! ```
 //!
 //! The checksum lets a point read check the value alone, without reading
-//! the whole journal record around it. A compaction moving values into a
-//! values file may store them compressed, each on its own, in the form a
+//! the whole journal record around it. Values in value streams and
+//! values files may be stored compressed, each on its own, in the form a
 //! compressed table block has (`compress`: the raw length, then the
-//! codec's output); journals and value streams hold values raw.
+//! codec's output); journals hold values raw.
 
 use super::coding::{Reader, crc, put_varint};
 use super::compress::{self, BLOCK_TYPE_LZ4, BLOCK_TYPE_RAW, BLOCK_TYPE_ZSTD};

@@ -15,12 +15,13 @@ pub const NAME_LEN_MAX: usize = 255;
 /// together, and one compaction thread.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyspaceOptions {
-    /// How data blocks of this keyspace's tables, and the separated
-    /// values compactions move into values files, are compressed. LZ4 by
+    /// How data blocks of this keyspace's tables, and its separated
+    /// values, are compressed. LZ4 by
     /// default: a block or value that does not shrink by an eighth is
     /// kept as it is, so incompressible data costs one attempt each.
-    /// Journals and value streams keep values raw: a value is compressed
-    /// when a compaction first moves it (settling, value GC).
+    /// Separated values are compressed as unsynced writes append them to
+    /// value streams, or when a compaction first moves them (settling,
+    /// value GC); synced writes keep theirs raw in the journal.
     pub compression: Compression,
     /// Values of at least this many bytes are kept in the journal and
     /// value files, their tables holding pointers

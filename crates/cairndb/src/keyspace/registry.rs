@@ -4,6 +4,7 @@
 use super::DEFAULT_ID;
 use crate::format::manifest::{Edit, KeyspaceRecord};
 use crate::format::table::TableOptions;
+use crate::options::Compression;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -118,6 +119,9 @@ impl Registry {
 pub(crate) struct Separation {
     /// The default keyspace's threshold (`Options::value_separation_min`).
     default_min: usize,
+    /// The default keyspace's compression (`Options::compression`), for
+    /// values placed in value streams.
+    default_compression: Compression,
     keyspaces: Arc<Registry>,
 }
 
@@ -125,8 +129,26 @@ impl Separation {
     pub fn new(default_min: usize, keyspaces: Arc<Registry>) -> Self {
         Separation {
             default_min,
+            default_compression: Compression::None,
             keyspaces,
         }
+    }
+
+    /// This rule, with the default keyspace compressing as `c` says.
+    pub fn compressing(mut self, c: Compression) -> Self {
+        self.default_compression = c;
+        self
+    }
+
+    /// How separated values of `keyspace` placed in value streams are
+    /// compressed (its tables' compression).
+    pub fn compression(&self, keyspace: u32) -> Compression {
+        if keyspace == DEFAULT_ID {
+            return self.default_compression;
+        }
+        self.keyspaces
+            .get(keyspace)
+            .map_or(Compression::None, |k| k.options.compression)
     }
 
     /// Values of `keyspace` of at least this many bytes are separated.

@@ -1286,6 +1286,15 @@ impl StreamFiles {
                 }
             })?
             .map_err(|()| absent())?;
+            // Stored bytes that match their pointer but do not decompress
+            // are not a torn tail: damage no checksum caught, or a bug.
+            let value = ptr.unpack(value).map_err(|detail| {
+                StreamMiss::Io(Error::corruption(
+                    files::stream(dir, ptr.segment),
+                    ptr.offset,
+                    format!("a separated value does not decompress: {detail}"),
+                ))
+            })?;
             batch_codec::push_op(&mut rep, op.keyspace, Kind::Put, op.key, &value);
         }
         batch_codec::set_count(&mut rep, batch.ops.len() as u32);

@@ -17,17 +17,23 @@
 //!   one (and the directory, if a stream was created): `sync_dirty`;
 //! - a batch placed in one journal's streams and committed after that
 //!   journal was sealed goes into the next journal with its values inline
-//!   (`Pending::rep_for`): a memtable points only into its own journal
-//!   and its own streams, which are synced when it is sealed;
+//!   (`Pending::rep_for`, which keeps the batch as the writer made it): a
+//!   memtable points only into its own journal and its own streams, which
+//!   are synced when it is sealed;
 //! - recovery copies the values of unvouched records into the tables it
-//!   writes, checking each against its pointer; the first that does not
-//!   match ends the journal like a torn tail.
+//!   writes, checking each against its pointer (and decompressing it);
+//!   the first that does not match ends the journal like a torn tail.
+//!
+//! A value of a keyspace that compresses is stored compressed where it
+//! shrinks (`Streams::pack`), its pointer naming the codec.
 
 use crate::format::batch as codec;
+use crate::format::compress::{BLOCK_TYPE_RAW, compress};
 use crate::format::key::Kind;
 use crate::format::vptr::{ValuePtr, padding};
 use crate::io::FileWrite;
 use crate::keyspace::Separation;
+use crate::options::Compression;
 use crate::sync::Mutex;
 use crate::version::Reaper;
 use crate::version::files;
@@ -37,6 +43,12 @@ use std::sync::{Arc, OnceLock};
 
 /// Blocks a stream reserves ahead of its appends (`FileWrite::reserve`).
 const STREAM_RESERVE_AHEAD: u64 = 1 << 20;
+
+/// After this many values in a row that did not shrink, one value in
+/// `BARREN_SAMPLE` is tried, until one does: incompressible values cost
+/// the writers little more than with compression off.
+const BARREN_AFTER: u64 = 64;
+const BARREN_SAMPLE: u64 = 16;
 
 /// Keys kept to cut the next journal's partitions: the keys of about one
 /// separated value in `SAMPLE_EVERY` (by hash), up to `SAMPLE_MAX` keys.
@@ -59,6 +71,10 @@ pub(crate) struct Streams {
     /// Value bytes appended (with padding): counts towards the journal's
     /// size (`Options::journal_bytes`).
     bytes: AtomicU64,
+    /// Values tried for compression in a row that did not shrink.
+    misses: AtomicU64,
+    /// Values not tried while `misses` is past `BARREN_AFTER`.
+    skipped: AtomicU64,
     sample: Mutex<Vec<Vec<u8>>>,
     reaper: Arc<Reaper>,
 }
@@ -98,6 +114,8 @@ impl Streams {
             sealed: AtomicBool::new(false),
             created: AtomicBool::new(false),
             bytes: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
             sample: Mutex::new(Vec::new()),
             reaper: reaper.clone(),
         }
@@ -137,8 +155,14 @@ impl Streams {
         let mut encoded = Vec::with_capacity(crate::format::vptr::VPTR_LEN_MAX);
         let mut any = false;
         for op in &decoded.ops {
+            let packed = separated(op)
+                .then(|| self.pack(rule.compression(op.keyspace), op.value))
+                .flatten();
+            let (stored, codec) = packed
+                .as_ref()
+                .map_or((op.value, BLOCK_TYPE_RAW), |(b, c)| (&b[..], *c));
             if separated(op)
-                && let Some(ptr) = self.append(op.key, op.value)
+                && let Some(ptr) = self.append(op.key, stored, codec)
             {
                 encoded.clear();
                 ptr.encode(&mut encoded);
@@ -151,8 +175,37 @@ impl Streams {
         any.then_some(out)
     }
 
-    /// Appends `value` (the value of `key`) to its partition's stream.
-    fn append(&self, key: &[u8], value: &[u8]) -> Option<ValuePtr> {
+    /// `value` compressed as `how` says and its codec, if it shrinks by an
+    /// eighth (`compress::compress`); `None` stores it raw. While values
+    /// do not shrink, most are not tried (`BARREN_AFTER`).
+    fn pack(&self, how: Compression, value: &[u8]) -> Option<(Vec<u8>, u8)> {
+        if how == Compression::None {
+            return None;
+        }
+        if self.misses.load(Ordering::Relaxed) >= BARREN_AFTER
+            && !self
+                .skipped
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(BARREN_SAMPLE)
+        {
+            return None;
+        }
+        let mut out = Vec::new();
+        match compress(how, value, &mut out) {
+            BLOCK_TYPE_RAW => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            codec => {
+                self.misses.store(0, Ordering::Relaxed);
+                Some((out, codec))
+            }
+        }
+    }
+
+    /// Appends `value` (the stored bytes of `key`'s value, compressed as
+    /// `codec` says) to its partition's stream.
+    fn append(&self, key: &[u8], value: &[u8], codec: u8) -> Option<ValuePtr> {
         let i = self.bounds.partition_point(|b| b.as_slice() <= key);
         let part = &self.parts[i];
         let number = self.first + i as u64;
@@ -209,7 +262,10 @@ impl Streams {
                 sample.push(key.to_vec());
             }
         }
-        Some(ValuePtr::to(number, at + pad, value))
+        Some(ValuePtr {
+            codec,
+            ..ValuePtr::to(number, at + pad, value)
+        })
     }
 
     /// Syncs every stream appended to since its last sync, after the

@@ -19,20 +19,72 @@
 //! (fsync/fdatasync of the WAL before return). `flush()` syncs the WAL and
 //! flushes the memtable to an SST file, waiting for it. `compact()` is a
 //! manual `compact_range` over all keys, waiting for it.
+//!
+//! Keyspaces (the `keyspaces` workload) are column families with the
+//! database's options (`create_cf`, `drop_cf`; the database is opened
+//! `MultiThreaded` so that they can be made and dropped while it is
+//! shared); a batch of one keyspace is a `WriteBatch` of `put_cf`s.
 
 use crate::bench::BenchResult;
-use crate::bench::engine::{BatchOp, Compression, Engine, EngineConfig, ZSTD_LEVEL, visit};
+use crate::bench::engine::{
+    BatchOp, Compression, Engine, EngineConfig, Keyspaces, ZSTD_LEVEL, visit,
+};
 use ::rocksdb::{
-    BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IteratorMode, Options, WriteBatch,
-    WriteOptions,
+    BlockBasedOptions, Cache, DBCompressionType, DBWithThreadMode, Direction, IteratorMode,
+    MultiThreaded, Options, WriteBatch, WriteOptions,
 };
 use std::path::Path;
+
+type DB = DBWithThreadMode<MultiThreaded>;
 
 pub struct RocksEngine {
     db: DB,
     // Kept alive for the life of the DB (RocksDB holds a reference too).
     _cache: Cache,
     compression: Compression,
+    /// The options the database was opened with, for its column families.
+    opts: Options,
+    /// Column families opened through `Keyspaces::open_keyspace`, by index.
+    spaces: std::sync::RwLock<Vec<String>>,
+}
+
+impl RocksEngine {
+    /// The column family of keyspace index `ks`.
+    fn cf(&self, ks: usize) -> BenchResult<std::sync::Arc<::rocksdb::BoundColumnFamily<'_>>> {
+        let spaces = self.spaces.read().map_err(|_| "keyspace list poisoned")?;
+        let name = spaces.get(ks).ok_or("no such keyspace")?;
+        Ok(self.db.cf_handle(name).ok_or("keyspace dropped")?)
+    }
+}
+
+impl Keyspaces for RocksEngine {
+    fn open_keyspace(&self, name: &str) -> BenchResult<usize> {
+        if self.db.cf_handle(name).is_none() {
+            self.db.create_cf(name, &self.opts)?;
+        }
+        let mut spaces = self.spaces.write().map_err(|_| "keyspace list poisoned")?;
+        spaces.push(name.to_owned());
+        Ok(spaces.len() - 1)
+    }
+    fn write_in(&self, ks: usize, ops: &[BatchOp], sync: bool) -> BenchResult<()> {
+        let cf = self.cf(ks)?;
+        let mut b = WriteBatch::default();
+        for (k, v) in ops {
+            match v {
+                Some(v) => b.put_cf(&cf, k, v),
+                None => b.delete_cf(&cf, k),
+            }
+        }
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        Ok(self.db.write_opt(b, &wo)?)
+    }
+    fn get_in(&self, ks: usize, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+        Ok(self.db.get_cf(&self.cf(ks)?, key)?)
+    }
+    fn drop_keyspace(&self, name: &str) -> BenchResult<()> {
+        Ok(self.db.drop_cf(name)?)
+    }
 }
 
 impl RocksEngine {
@@ -56,11 +108,16 @@ impl RocksEngine {
         }
         opts.set_write_buffer_size(cfg.write_buffer_bytes);
         opts.set_block_based_table_factory(&table);
-        let db = DB::open(&opts, dir)?;
+        // Column families a keyspace workload left are opened too (RocksDB
+        // refuses an open that leaves one out); a new database has none.
+        let families = DB::list_cf(&opts, dir).unwrap_or_default();
+        let db = DB::open_cf(&opts, dir, families)?;
         Ok(RocksEngine {
             db,
             _cache: cache,
             compression: cfg.compression,
+            opts,
+            spaces: std::sync::RwLock::new(Vec::new()),
         })
     }
 }
@@ -114,5 +171,8 @@ impl Engine for RocksEngine {
             Compression::Zstd => format!("zstd level {ZSTD_LEVEL}"),
             c => c.name().to_owned(),
         }
+    }
+    fn keyspaces(&self) -> Option<&dyn Keyspaces> {
+        Some(self)
     }
 }
