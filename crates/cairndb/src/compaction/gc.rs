@@ -192,8 +192,11 @@ impl Moves {
                 Compression::None
             }
         };
-        let tried = (0..pending.len())
-            .filter(|&i| how(i) != Compression::None)
+        // Values compressed already move as they are: they are not tried.
+        let tried = pending
+            .iter()
+            .enumerate()
+            .filter(|(i, (_, p))| how(*i) != Compression::None && !p.compressed())
             .count();
         for (i, (seg, ptr)) in pending.iter().enumerate() {
             let (seg, ptr, tx, how) = (seg.clone(), *ptr, tx.clone(), how(i));
