@@ -29,6 +29,8 @@
 //! `cairnkv1` `01 00 00 00` `61` `01 00 00 00` `31` `02 00 00 00` `62 63`
 //! `00 00 00 00` `ff ff ff ff` `02 00 00 00 00 00 00 00` (40 bytes).
 
+use std::io::{self, Read, Write};
+
 use cairndb::limits::{KEY_LEN_MAX, VALUE_LEN_MAX};
 
 /// The key of the log entry at `index`.
@@ -54,7 +56,7 @@ const _: () = assert!(VALUE_LEN_MAX <= u32::MAX as usize); // value lengths fit 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError {
     /// Where in the data the problem was found.
-    pub offset: usize,
+    pub offset: u64,
     pub detail: &'static str,
 }
 
@@ -70,74 +72,97 @@ impl std::fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// Writes snapshot data: pairs in strictly increasing key order, then
-/// [`SnapshotWriter::finish`].
+/// Why reading snapshot data failed: its bytes are not well-formed, or
+/// its source failed to give them.
 #[derive(Debug)]
-pub struct SnapshotWriter {
-    buf: Vec<u8>,
-    pairs: u64,
-    /// Where the previous key lies in `buf`, to check the order without
-    /// keeping a copy of it.
-    last_key: Option<(usize, usize)>,
+pub enum ReadError {
+    Decode(DecodeError),
+    Io(io::Error),
 }
 
-impl Default for SnapshotWriter {
-    fn default() -> Self {
-        Self::new()
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Decode(e) => e.fmt(f),
+            ReadError::Io(e) => write!(f, "reading snapshot data: {e}"),
+        }
     }
 }
 
-impl SnapshotWriter {
-    pub fn new() -> Self {
-        SnapshotWriter {
-            buf: SNAPSHOT_MAGIC.to_vec(),
-            pairs: 0,
-            last_key: None,
+impl std::error::Error for ReadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReadError::Decode(e) => Some(e),
+            ReadError::Io(e) => Some(e),
         }
+    }
+}
+
+/// Writes snapshot data into `out` as it is given: pairs in strictly
+/// increasing key order, then [`SnapshotWriter::finish`]. Holds only the
+/// previous key, whatever the size of the data.
+#[derive(Debug)]
+pub struct SnapshotWriter<W> {
+    out: W,
+    pairs: u64,
+    written: u64,
+    /// The previous key, to check the order.
+    last_key: Vec<u8>,
+}
+
+impl<W: Write> SnapshotWriter<W> {
+    /// Writes the magic.
+    pub fn new(mut out: W) -> io::Result<Self> {
+        out.write_all(SNAPSHOT_MAGIC)?;
+        Ok(SnapshotWriter {
+            out,
+            pairs: 0,
+            written: SNAPSHOT_MAGIC.len() as u64,
+            last_key: Vec::new(),
+        })
     }
 
     /// Adds a pair. Panics if `key` is not greater than the previous key
     /// or a length is beyond CairnDB's limits: pairs come from a database
     /// iterator, which yields keys in order and within the limits.
-    pub fn push(&mut self, key: &[u8], value: &[u8]) {
+    pub fn push(&mut self, key: &[u8], value: &[u8]) -> io::Result<()> {
         assert!(key.len() <= KEY_LEN_MAX, "key longer than KEY_LEN_MAX");
         assert!(
             value.len() <= VALUE_LEN_MAX,
             "value longer than VALUE_LEN_MAX"
         );
-        if let Some((start, end)) = self.last_key {
-            assert!(
-                self.buf[start..end] < *key,
-                "snapshot keys must be strictly increasing"
-            );
-        }
-        // 1. key length, 2. key
-        self.buf
-            .extend_from_slice(&len_u32(key.len()).to_le_bytes());
-        let start = self.buf.len();
-        self.buf.extend_from_slice(key);
-        self.last_key = Some((start, self.buf.len()));
-        // 3. value length, 4. value
-        self.buf
-            .extend_from_slice(&len_u32(value.len()).to_le_bytes());
-        self.buf.extend_from_slice(value);
+        assert!(
+            self.pairs == 0 || self.last_key.as_slice() < key,
+            "snapshot keys must be strictly increasing"
+        );
+        // key length, key, value length, value
+        self.out.write_all(&len_u32(key.len()).to_le_bytes())?;
+        self.out.write_all(key)?;
+        self.out.write_all(&len_u32(value.len()).to_le_bytes())?;
+        self.out.write_all(value)?;
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
         self.pairs += 1;
+        self.written += 8 + key.len() as u64 + value.len() as u64;
+        Ok(())
     }
 
     /// Bytes written so far.
-    pub fn len(&self) -> usize {
-        self.buf.len()
+    pub fn written(&self) -> u64 {
+        self.written
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.pairs == 0
+    /// Pairs written so far.
+    pub fn pairs(&self) -> u64 {
+        self.pairs
     }
 
-    /// Ends the data with the end marker and the pair count.
-    pub fn finish(mut self) -> Vec<u8> {
-        self.buf.extend_from_slice(&END_MARKER.to_le_bytes());
-        self.buf.extend_from_slice(&self.pairs.to_le_bytes());
-        self.buf
+    /// Ends the data with the end marker and the pair count, and gives
+    /// the sink back.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.write_all(&END_MARKER.to_le_bytes())?;
+        self.out.write_all(&self.pairs.to_le_bytes())?;
+        Ok(self.out)
     }
 }
 
@@ -145,73 +170,98 @@ fn len_u32(len: usize) -> u32 {
     u32::try_from(len).expect("lengths are checked against the limits first")
 }
 
-/// Reads snapshot data pair by pair, checking it as it goes. The data is
-/// whole and well-formed only once [`SnapshotReader::next_pair`] has
-/// returned `Ok(None)`.
+/// Reads snapshot data pair by pair from `src`, checking it as it goes;
+/// holds one pair (and the key before it) at a time. The data is whole
+/// and well-formed only once [`SnapshotReader::next_pair`] has returned
+/// `Ok(None)`. A length in the data is never trusted for an allocation:
+/// buffers grow only as bytes arrive.
 #[derive(Debug)]
-pub struct SnapshotReader<'a> {
-    data: &'a [u8],
-    pos: usize,
+pub struct SnapshotReader<R> {
+    src: R,
+    pos: u64,
     pairs: u64,
-    last_key: Option<&'a [u8]>,
+    /// The key of the pair last returned.
+    key: Vec<u8>,
+    /// Where the next key is read, swapped with `key` once checked.
+    next_key: Vec<u8>,
+    value: Vec<u8>,
     done: bool,
 }
 
-impl<'a> SnapshotReader<'a> {
-    /// Checks the magic.
-    pub fn new(data: &'a [u8]) -> Result<Self, DecodeError> {
-        if data.len() < SNAPSHOT_MAGIC.len() || &data[..SNAPSHOT_MAGIC.len()] != SNAPSHOT_MAGIC {
-            return Err(DecodeError {
+impl<R: Read> SnapshotReader<R> {
+    /// Reads and checks the magic.
+    pub fn new(src: R) -> Result<Self, ReadError> {
+        let mut r = SnapshotReader {
+            src,
+            pos: 0,
+            pairs: 0,
+            key: Vec::new(),
+            next_key: Vec::new(),
+            value: Vec::new(),
+            done: false,
+        };
+        let mut magic = Vec::new();
+        r.fill(
+            &mut magic,
+            SNAPSHOT_MAGIC.len(),
+            "not cairn-raft snapshot data (bad magic)",
+        )?;
+        if magic.as_slice() != SNAPSHOT_MAGIC {
+            return Err(ReadError::Decode(DecodeError {
                 offset: 0,
                 detail: "not cairn-raft snapshot data (bad magic)",
-            });
+            }));
         }
-        Ok(SnapshotReader {
-            data,
-            pos: SNAPSHOT_MAGIC.len(),
-            pairs: 0,
-            last_key: None,
-            done: false,
+        Ok(r)
+    }
+
+    fn err(&self, detail: &'static str) -> ReadError {
+        ReadError::Decode(DecodeError {
+            offset: self.pos,
+            detail,
         })
     }
 
-    fn err(&self, detail: &'static str) -> DecodeError {
-        DecodeError {
-            offset: self.pos,
-            detail,
+    /// Replaces `buf` with the next `n` bytes; `cut` if the data ends first.
+    fn fill(&mut self, buf: &mut Vec<u8>, n: usize, cut: &'static str) -> Result<(), ReadError> {
+        buf.clear();
+        let got = (&mut self.src)
+            .take(n as u64)
+            .read_to_end(buf)
+            .map_err(ReadError::Io)?;
+        if got < n {
+            self.pos += got as u64;
+            return Err(self.err(cut));
         }
+        self.pos += n as u64;
+        Ok(())
     }
 
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
-        let rest = self.data.len() - self.pos;
-        if n > rest {
-            return Err(self.err(what));
-        }
-        let out = &self.data[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(out)
+    fn fixed<const N: usize>(&mut self, cut: &'static str) -> Result<[u8; N], ReadError> {
+        let mut buf = Vec::with_capacity(N);
+        self.fill(&mut buf, N, cut)?;
+        Ok(buf.try_into().expect("fill gives exactly N bytes"))
     }
 
-    fn take_u32(&mut self) -> Result<u32, DecodeError> {
-        let b = self.take(4, "cut inside a length")?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    /// The next pair, `Ok(None)` after the last one (the end marker and
-    /// the count checked), or what is wrong with the data.
+    /// The next pair, `Ok(None)` after the last one (the end marker, the
+    /// count and the end of the data checked), or what is wrong.
     #[allow(clippy::type_complexity)]
-    pub fn next_pair(&mut self) -> Result<Option<(&'a [u8], &'a [u8])>, DecodeError> {
+    pub fn next_pair(&mut self) -> Result<Option<(&[u8], &[u8])>, ReadError> {
         if self.done {
             return Ok(None);
         }
-        let key_len = self.take_u32()?;
+        let key_len = u32::from_le_bytes(self.fixed("cut inside a length")?);
         if key_len == END_MARKER {
-            let b = self.take(8, "cut inside the pair count")?;
-            let count = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            let count = u64::from_le_bytes(self.fixed("cut inside the pair count")?);
             if count != self.pairs {
                 return Err(self.err("pair count does not match the pairs"));
             }
-            if self.pos != self.data.len() {
+            let mut rest = Vec::new();
+            let more = (&mut self.src)
+                .take(1)
+                .read_to_end(&mut rest)
+                .map_err(ReadError::Io)?;
+            if more != 0 {
                 return Err(self.err("bytes after the pair count"));
             }
             self.done = true;
@@ -221,30 +271,42 @@ impl<'a> SnapshotReader<'a> {
         if key_len > KEY_LEN_MAX {
             return Err(self.err("key longer than KEY_LEN_MAX"));
         }
-        let key = self.take(key_len, "cut inside a key")?;
-        if self.last_key.is_some_and(|last| last >= key) {
+        let mut next_key = std::mem::take(&mut self.next_key);
+        self.fill(&mut next_key, key_len, "cut inside a key")?;
+        if self.pairs > 0 && self.key >= next_key {
             return Err(self.err("keys not in strictly increasing order"));
         }
-        let value_len = self.take_u32()? as usize;
+        let value_len = u32::from_le_bytes(self.fixed("cut inside a length")?) as usize;
         if value_len > VALUE_LEN_MAX {
             return Err(self.err("value longer than VALUE_LEN_MAX"));
         }
-        let value = self.take(value_len, "cut inside a value")?;
-        self.last_key = Some(key);
+        let mut value = std::mem::take(&mut self.value);
+        self.fill(&mut value, value_len, "cut inside a value")?;
+        self.value = value;
+        self.next_key = std::mem::replace(&mut self.key, next_key);
         self.pairs += 1;
-        Ok(Some((key, value)))
+        Ok(Some((&self.key, &self.value)))
     }
 }
 
 /// Reads all of `data`, checking it; the pairs it holds.
 #[allow(clippy::type_complexity)]
-pub fn decode_snapshot(data: &[u8]) -> Result<Vec<(&[u8], &[u8])>, DecodeError> {
+pub fn decode_snapshot(data: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ReadError> {
     let mut r = SnapshotReader::new(data)?;
     let mut out = Vec::new();
-    while let Some(pair) = r.next_pair()? {
-        out.push(pair);
+    while let Some((k, v)) = r.next_pair()? {
+        out.push((k.to_vec(), v.to_vec()));
     }
     Ok(out)
+}
+
+/// The pairs, encoded: what a [`SnapshotWriter`] into memory writes.
+pub fn encode_snapshot<K: AsRef<[u8]>, V: AsRef<[u8]>>(pairs: &[(K, V)]) -> Vec<u8> {
+    let mut w = SnapshotWriter::new(Vec::new()).expect("writing to memory");
+    for (k, v) in pairs {
+        w.push(k.as_ref(), v.as_ref()).expect("writing to memory");
+    }
+    w.finish().expect("writing to memory")
 }
 
 #[cfg(test)]
@@ -252,11 +314,14 @@ mod tests {
     use super::*;
 
     fn sample() -> Vec<u8> {
-        let mut w = SnapshotWriter::new();
-        w.push(b"a", b"1");
-        w.push(b"bc", b"");
-        w.push(b"bd", &[7u8; 300]);
-        w.finish()
+        encode_snapshot(&[(&b"a"[..], &b"1"[..]), (b"bc", b""), (b"bd", &[7u8; 300])])
+    }
+
+    fn detail(e: ReadError) -> &'static str {
+        match e {
+            ReadError::Decode(d) => d.detail,
+            ReadError::Io(e) => panic!("reading memory failed: {e}"),
+        }
     }
 
     #[test]
@@ -278,21 +343,18 @@ mod tests {
         assert_eq!(
             pairs,
             vec![
-                (&b"a"[..], &b"1"[..]),
-                (&b"bc"[..], &b""[..]),
-                (&b"bd"[..], &[7u8; 300][..])
+                (b"a".to_vec(), b"1".to_vec()),
+                (b"bc".to_vec(), b"".to_vec()),
+                (b"bd".to_vec(), vec![7u8; 300])
             ]
         );
-        let empty = SnapshotWriter::new().finish();
+        let empty = encode_snapshot::<&[u8], &[u8]>(&[]);
         assert_eq!(decode_snapshot(&empty).expect("decodes"), vec![]);
     }
 
     #[test]
     fn worked_example_of_the_module_doc() {
-        let mut w = SnapshotWriter::new();
-        w.push(b"a", b"1");
-        w.push(b"bc", b"");
-        let data = w.finish();
+        let data = encode_snapshot(&[(&b"a"[..], &b"1"[..]), (b"bc", b"")]);
         let mut want = b"cairnkv1".to_vec();
         want.extend_from_slice(&[1, 0, 0, 0, b'a', 1, 0, 0, 0, b'1']);
         want.extend_from_slice(&[2, 0, 0, 0, b'b', b'c', 0, 0, 0, 0]);
@@ -343,14 +405,27 @@ mod tests {
         data.extend_from_slice(&u32::MAX.to_le_bytes());
         data.extend_from_slice(&2u64.to_le_bytes());
         let e = decode_snapshot(&data).expect_err("refused");
-        assert_eq!(e.detail, "keys not in strictly increasing order");
+        assert_eq!(detail(e), "keys not in strictly increasing order");
+    }
+
+    #[test]
+    fn a_huge_length_in_cut_data_allocates_nothing_up_front() {
+        let mut data = b"cairnkv1".to_vec();
+        data.extend_from_slice(&1u32.to_le_bytes());
+        data.push(b'k');
+        data.extend_from_slice(&(VALUE_LEN_MAX as u32).to_le_bytes());
+        data.extend_from_slice(b"short");
+        let mut r = SnapshotReader::new(&data[..]).expect("magic");
+        let e = r.next_pair().expect_err("cut");
+        assert_eq!(detail(e), "cut inside a value");
+        assert!(r.value.capacity() < 1 << 20, "{}", r.value.capacity());
     }
 
     #[test]
     #[should_panic(expected = "strictly increasing")]
     fn writer_asserts_the_order() {
-        let mut w = SnapshotWriter::new();
-        w.push(b"b", b"");
-        w.push(b"b", b"");
+        let mut w = SnapshotWriter::new(Vec::new()).expect("memory");
+        w.push(b"b", b"").expect("memory");
+        let _ = w.push(b"b", b"");
     }
 }

@@ -28,8 +28,16 @@
 //! | `raft_log`  | log index, 8 bytes big-endian     | the entry, JSON |
 //! | `raft_meta` | `vote`, `committed`, `last_purged` | JSON |
 //! | `raft_meta` | `sm.applied`, `sm.membership`     | JSON: the state machine's applied state |
-//! | `raft_meta` | `sm.snapshot.meta`, `sm.snapshot.data` | the current snapshot |
-//! | `kv`        | the application's key             | its value |
+//! | `raft_meta` | `sm.kv`                           | JSON: the name of the data's keyspace (absent: `kv`) |
+//! | `raft_meta` | `sm.snapshot.meta`, `sm.snapshot.stored` | JSON: the current snapshot's metadata, and its data's keyspace and length |
+//! | `kv`, `kv.N` | the application's key            | its value (one keyspace at a time holds the data) |
+//! | `raft_snapshot.N` | piece number, 8 bytes big-endian | 1 MiB of a snapshot's data ([`codec`] format) |
+//!
+//! Each install writes the data into a new `kv.N` and each snapshot
+//! into a new `raft_snapshot.N` ([`snapshot`] says how generations come
+//! and go). A store written before snapshot keyspaces kept the current
+//! snapshot's data as one value (`sm.snapshot.data`); opening it moves
+//! that into a snapshot keyspace.
 //!
 //! Big-endian indexes make key order log order, so the last entry is the
 //! last key and a range of indexes is a range of keys.
@@ -53,7 +61,10 @@
 //!   this and other stores in the process) share fsyncs by CairnDB's group
 //!   commit.
 //! - `save_vote`, `truncate`, `install_snapshot`, a built snapshot:
-//!   synced before the call returns.
+//!   synced before the call returns. A build's and an install's bulk
+//!   writes (snapshot pieces, the new data generation) are unsynced; the
+//!   synced write that records them makes them durable, and until it
+//!   does, no record names them.
 //! - `apply`, `purge`: not synced (they survive a process crash, not
 //!   necessarily a power cut). `save_committed` writes nothing itself:
 //!   the id goes into the store's next write (an append, truncate, purge
@@ -70,9 +81,10 @@
 //!   is why the log never loses an entry whose apply a power cut can
 //!   still take away.
 //! - The state machine's data, applied log id and membership are written
-//!   in one batch per `apply` call, and a snapshot install replaces the
-//!   data, the applied state and the current snapshot in one batch: after
-//!   any crash the state machine is wholly before or wholly after a call.
+//!   in one batch per `apply` call, and a snapshot install switches the
+//!   data (to the generation it filled), the applied state and the
+//!   current snapshot in one batch: after any crash the state machine is
+//!   wholly before or wholly after a call.
 //!
 //! A power cut at each point, and what a reopen finds:
 //! - inside `append`, before its write returned: all of the call's
@@ -115,11 +127,10 @@
 //!
 //! # Limits
 //!
-//! - A snapshot is built into one `Vec<u8>` and stored as one value, so it
-//!   must fit in memory (about twice, while it is written) and below
-//!   CairnDB's value limit (`cairndb::limits::VALUE_LEN_MAX`, 1 GiB);
-//!   installing one writes the whole state in one batch, bounded by
-//!   `BATCH_BYTES_MAX`.
+//! - A snapshot is a copy of the state machine's data in its own
+//!   keyspace, and an install writes the whole state into a new one
+//!   (about twice the state on disk while both exist); memory holds one
+//!   1 MiB piece and one 4 MiB batch, whatever the size of the state.
 //! - Keys and values of the state machine are strings (UTF-8), as the
 //!   HTTP service wants them.
 //! - A log read returns at most `ENTRIES_PER_READ_MAX` (2^20) entries;
@@ -143,15 +154,21 @@ pub mod lincheck;
 mod log_store;
 #[cfg(feature = "service")]
 pub mod service;
+pub mod snapshot;
 mod state_machine;
 mod types;
 
 pub use error::OpenError;
 pub use log_store::{LogReader, LogStore};
+pub use snapshot::SnapshotData;
 pub use state_machine::{SnapshotBuilder, StateMachine};
 pub use types::{NodeId, Op, Request, Response, TypeConfig};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
 use cairndb::{Db, Keyspace, Options};
+use snapshot::Generation;
 
 /// Keyspace of the log entries.
 pub const LOG_KEYSPACE: &str = "raft_log";
@@ -168,17 +185,66 @@ pub(crate) struct Shared {
     pub db: Db,
     pub log: Keyspace,
     pub meta: Keyspace,
-    pub kv: Keyspace,
+    /// The current generation of the state machine's data (`snapshot`
+    /// module). Taken for reading with the CairnDB snapshot a build reads
+    /// from, and for writing while an install switches it, so that a
+    /// build reads the data and the applied state of one generation.
+    kv: Arc<RwLock<Arc<Generation>>>,
+    /// The recorded current snapshot, as in `raft_meta`; changed under
+    /// the state machine's snapshot lock, after the synced write.
+    pub current: Arc<Mutex<Option<state_machine::Current>>>,
+    /// The next generation number of either family.
+    next_generation: Arc<AtomicU64>,
+    /// Tells this store's snapshot data from another's.
+    pub token: Arc<()>,
 }
 
 impl Shared {
     fn open(db: Db) -> Result<Shared, cairndb::Error> {
+        let meta = db.keyspace(META_KEYSPACE)?;
+        let loaded = state_machine::load(&db, &meta)?;
         Ok(Shared {
             log: db.keyspace(LOG_KEYSPACE)?,
-            meta: db.keyspace(META_KEYSPACE)?,
-            kv: db.keyspace(KV_KEYSPACE)?,
+            meta,
+            kv: Arc::new(RwLock::new(loaded.kv)),
+            current: Arc::new(Mutex::new(loaded.current)),
+            next_generation: Arc::new(AtomicU64::new(loaded.next_generation)),
+            token: Arc::new(()),
             db,
         })
+    }
+
+    /// The current generation of the state machine's data.
+    pub fn kv(&self) -> Arc<Generation> {
+        self.kv.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The current data generation and a CairnDB snapshot taken while it
+    /// was current.
+    pub fn kv_and_snapshot(&self) -> (Arc<Generation>, cairndb::Snapshot) {
+        let kv = self.kv.read().unwrap_or_else(|e| e.into_inner());
+        (kv.clone(), self.db.snapshot())
+    }
+
+    /// Runs `f` with the current data generation held for writing (no
+    /// build takes it meanwhile) and replaces it with what `f` returns.
+    pub fn switch_kv<T>(
+        &self,
+        f: impl FnOnce(&Arc<Generation>) -> Result<(Arc<Generation>, T), cairndb::Error>,
+    ) -> Result<(Arc<Generation>, T), cairndb::Error> {
+        let mut kv = self.kv.write().unwrap_or_else(|e| e.into_inner());
+        let (new, out) = f(&kv)?;
+        Ok((std::mem::replace(&mut *kv, new), out))
+    }
+
+    /// A new, empty generation of `family`, not current.
+    pub fn new_generation(&self, family: &str) -> Result<Arc<Generation>, cairndb::Error> {
+        let n = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            n > 0,
+            "generation 0 is the bare family name, never made anew"
+        );
+        Generation::open(&self.db, &snapshot::generation_name(family, n), false)
     }
 }
 

@@ -3,7 +3,6 @@
 //! variant or field renamed here no longer reads old logs.
 
 use serde::{Deserialize, Serialize};
-use std::io::Cursor;
 
 /// A node's id in the cluster.
 pub type NodeId = u64;
@@ -46,14 +45,14 @@ pub enum Response {
 
 openraft::declare_raft_types!(
     /// The type configuration of a CairnDB-backed Raft node: `u64` node
-    /// ids, nodes with an address string (`BasicNode { addr }`), snapshots
-    /// as bytes in memory.
+    /// ids, nodes with an address string (`BasicNode { addr }`), snapshot
+    /// data streamed from the database ([`crate::SnapshotData`]).
     pub TypeConfig:
         D = Request,
         R = Response,
         NodeId = NodeId,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = crate::SnapshotData,
         AsyncRuntime = openraft::TokioRuntime,
 );

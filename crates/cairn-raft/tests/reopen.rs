@@ -11,6 +11,7 @@ use cairndb::io::{Crash, MemFs};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::testing::{blank_ent, log_id, membership_ent};
 use openraft::{Entry, EntryPayload, LogId, RaftLogReader, RaftSnapshotBuilder, Vote};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn opts() -> Options {
     Options::with_memory_budget(8 << 20)
@@ -331,28 +332,40 @@ async fn installed_snapshot_replaces_the_data_and_survives_reopen() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_snapshot_data_changes_nothing() {
     let dir = tempfile::tempdir().expect("dir");
-    let (_log, mut sm) = cairn_raft::open(dir.path(), opts()).expect("open");
+    let db = cairndb::Db::open(dir.path(), opts()).expect("open");
+    let (_log, mut sm) = cairn_raft::from_db(db.clone()).expect("store");
     sm.apply([normal(1, 1, set("a", "1"))])
         .await
         .expect("apply");
-    let snap = sm
+    let mut snap = sm
         .get_snapshot_builder()
         .await
         .build_snapshot()
         .await
         .expect("build");
-    let mut data = snap.snapshot.into_inner();
+    let mut data = Vec::new();
+    snap.snapshot.read_to_end(&mut data).await.expect("read");
     data.truncate(data.len() - 1);
     let mut meta = snap.meta.clone();
     meta.last_log_id = Some(log_id(2, 1, 7));
+    let mut cut = sm.begin_receiving_snapshot().await.expect("begin");
+    cut.write_all(&data).await.expect("write");
+    let before = db.keyspaces();
     let err = sm
-        .install_snapshot(&meta, Box::new(std::io::Cursor::new(data)))
+        .install_snapshot(&meta, cut)
         .await
         .expect_err("a cut snapshot is refused");
     assert!(err.to_string().contains("snapshot"), "{err}");
     assert_eq!(sm.pairs().expect("pairs"), vec![("a".into(), "1".into())]);
     let (applied, _) = sm.applied_state().await.expect("applied");
     assert_eq!(applied, Some(log_id(1, 1, 1)));
+    let current = sm.get_current_snapshot().await.expect("current");
+    assert_eq!(current.expect("one").meta, snap.meta);
+    // The refused install's keyspaces (the received data, and the data
+    // generation it began to fill) are gone.
+    let mut want = before.clone();
+    want.pop(); // the keyspace that received the cut data
+    assert_eq!(db.keyspaces(), want, "before the install: {before:?}");
 }
 
 /// The child half of `abort_keeps_synced_appends`: runs only when the
@@ -393,4 +406,288 @@ fn abort_keeps_synced_appends() {
         );
         assert_eq!(log.read_vote().await.expect("vote"), Some(Vote::new(7, 3)));
     });
+}
+
+/// `n` pairs of about `value_len` bytes each, applied to `sm` as entries
+/// 1..=n+1 (a membership entry first) of term 1.
+async fn fill(sm: &mut StateMachine, n: u64, value_len: usize) -> Vec<(String, String)> {
+    let mut applied = vec![membership_ent::<TypeConfig>(1, 1, 1, vec![[1, 2].into()])];
+    let mut want = Vec::new();
+    for i in 0..n {
+        let (k, v) = (format!("key{i:06}"), format!("{i:0value_len$}"));
+        applied.push(normal(1, i + 2, set(&k, &v)));
+        want.push((k, v));
+    }
+    for chunk in applied.chunks(500) {
+        sm.apply(chunk.to_vec()).await.expect("apply");
+    }
+    want
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_many_pieces_streams_and_installs_in_batches() {
+    // 12,000 pairs of ~1 KiB: about 12 MiB of snapshot data, many pieces
+    // and several install batches.
+    let (dir_l, dir_f) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let (_log_l, mut leader) = cairn_raft::open(dir_l.path(), opts()).expect("open");
+    let want = fill(&mut leader, 12_000, 1000).await;
+    let snap = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("build");
+    assert!(
+        snap.snapshot.len() > 10 * cairn_raft::snapshot::PIECE_BYTES as u64,
+        "{}",
+        snap.snapshot.len()
+    );
+    // Sent in chunks of an odd size, as openraft sends them.
+    let mut current = leader
+        .get_current_snapshot()
+        .await
+        .expect("current")
+        .expect("one");
+    assert_eq!(current.meta, snap.meta);
+    let db_f = cairndb::Db::open(dir_f.path(), opts()).expect("open");
+    let (_log_f, mut follower) = cairn_raft::from_db(db_f.clone()).expect("store");
+    fill(&mut follower, 10, 5).await;
+    let mut receiving = follower.begin_receiving_snapshot().await.expect("begin");
+    let mut buf = vec![0u8; 300_001];
+    loop {
+        let n = current.snapshot.read(&mut buf).await.expect("read");
+        if n == 0 {
+            break;
+        }
+        receiving.write_all(&buf[..n]).await.expect("write");
+    }
+    receiving.shutdown().await.expect("shutdown");
+    follower
+        .install_snapshot(&snap.meta, receiving)
+        .await
+        .expect("install");
+    assert_eq!(follower.pairs().expect("pairs"), want);
+    let names = db_f.keyspaces();
+    assert!(names.iter().any(|n| n.starts_with("kv.")), "{names:?}");
+    assert!(
+        !names.contains(&"kv".to_string()),
+        "the old data is dropped: {names:?}"
+    );
+    drop((_log_f, follower));
+    drop(db_f);
+    let (_log_f, mut follower) = cairn_raft::open(dir_f.path(), opts()).expect("reopen");
+    assert_eq!(follower.pairs().expect("pairs"), want);
+    let mut again = follower
+        .get_current_snapshot()
+        .await
+        .expect("current")
+        .expect("one");
+    assert_eq!(again.meta, snap.meta);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    again.snapshot.read_to_end(&mut a).await.expect("read");
+    let mut first = leader
+        .get_current_snapshot()
+        .await
+        .expect("current")
+        .expect("one");
+    first.snapshot.read_to_end(&mut b).await.expect("read");
+    assert!(
+        a == b,
+        "the follower's current snapshot is the leader's data"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_being_read_outlives_a_newer_one() {
+    // A leader streaming its snapshot to a follower while a newer one is
+    // built must be able to finish: the old data stays until released.
+    let dir = tempfile::tempdir().expect("dir");
+    let db = cairndb::Db::open(dir.path(), opts()).expect("open");
+    let (_log, mut sm) = cairn_raft::from_db(db.clone()).expect("store");
+    fill(&mut sm, 3000, 1000).await;
+    let mut builder = sm.get_snapshot_builder().await;
+    let old = builder.build_snapshot().await.expect("build");
+    let mut reading = sm
+        .get_current_snapshot()
+        .await
+        .expect("current")
+        .expect("one");
+    let mut head = vec![0u8; 1000];
+    reading.snapshot.read_exact(&mut head).await.expect("read");
+    sm.apply([normal(1, 5000, set("zzz", "new"))])
+        .await
+        .expect("apply");
+    let new = builder.build_snapshot().await.expect("build");
+    assert_ne!(new.meta.snapshot_id, old.meta.snapshot_id);
+    drop(old);
+    let mut rest = Vec::new();
+    reading
+        .snapshot
+        .read_to_end(&mut rest)
+        .await
+        .expect("the old data reads to its end");
+    head.extend_from_slice(&rest);
+    let pairs = cairn_raft::codec::decode_snapshot(&head).expect("whole");
+    assert_eq!(pairs.len(), 3000);
+    let snapshots = |db: &cairndb::Db| {
+        db.keyspaces()
+            .into_iter()
+            .filter(|n| n.starts_with("raft_snapshot"))
+            .count()
+    };
+    assert_eq!(snapshots(&db), 2, "the old one is held");
+    drop(reading);
+    assert_eq!(snapshots(&db), 1, "released, the old one is dropped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_power_cut_inside_an_install_leaves_the_old_state_or_the_new() {
+    let leader_fs = MemFs::new();
+    let (_log_l, mut leader) = cairn_raft::open("/leader", mem_opts(&leader_fs)).expect("open");
+    let new_pairs = fill(&mut leader, 6000, 1000).await;
+    let snap = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("build");
+    let fs = MemFs::new();
+    let (log, mut sm) = cairn_raft::open("/node", mem_opts(&fs)).expect("open");
+    let old_pairs = fill(&mut sm, 20, 10).await;
+    // Made durable by a synced write (as the next append would).
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("build");
+    // An image before every sync of the install, and one after.
+    let images: Arc<std::sync::Mutex<Vec<MemFs>>> = Arc::default();
+    let (imgs, fs2) = (images.clone(), fs.clone());
+    fs.set_hook(Some(Arc::new(move |op: &cairndb::io::OpInfo| {
+        if matches!(
+            op.op,
+            cairndb::io::OpKind::Sync | cairndb::io::OpKind::SyncDir
+        ) {
+            imgs.lock()
+                .expect("lock")
+                .push(fs2.crash_image(Crash::Clean, op.index));
+        }
+    })));
+    let mut receiving = sm.begin_receiving_snapshot().await.expect("begin");
+    *receiving = *snap.snapshot;
+    sm.install_snapshot(&snap.meta, receiving)
+        .await
+        .expect("install");
+    fs.set_hook(None);
+    images
+        .lock()
+        .expect("lock")
+        .push(fs.crash_image(Crash::Clean, 0));
+    drop((log, sm));
+    let images = std::mem::take(&mut *images.lock().expect("lock"));
+    assert!(images.len() > 3, "{} images", images.len());
+    let (mut olds, mut news) = (0, 0);
+    for (i, image) in images.iter().enumerate() {
+        let (_log, mut sm) = cairn_raft::open("/node", mem_opts(image)).expect("reopen");
+        let (applied, _) = sm.applied_state().await.expect("applied");
+        let pairs = sm.pairs().expect("pairs");
+        if applied == snap.meta.last_log_id {
+            assert!(
+                pairs == new_pairs,
+                "image {i}: the new applied id with other data"
+            );
+            let current = sm
+                .get_current_snapshot()
+                .await
+                .expect("current")
+                .expect("one");
+            assert_eq!(current.meta, snap.meta, "image {i}");
+            news += 1;
+        } else {
+            assert_eq!(applied, Some(log_id(1, 1, 21)), "image {i}");
+            assert!(
+                pairs == old_pairs,
+                "image {i}: the old applied id with other data"
+            );
+            olds += 1;
+        }
+    }
+    assert!(olds > 0 && news > 0, "old {olds}, new {news}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_kept_as_one_value_moves_into_a_keyspace_on_open() {
+    // Stores written before snapshot keyspaces kept the current
+    // snapshot's data as one value in raft_meta.
+    let dir = tempfile::tempdir().expect("dir");
+    let pairs = [("a", "1"), ("b", "2")];
+    let data = cairn_raft::codec::encode_snapshot(&pairs);
+    let meta = openraft::SnapshotMeta::<u64, openraft::BasicNode> {
+        last_log_id: Some(log_id(1, 1, 2)),
+        last_membership: Default::default(),
+        snapshot_id: "1-1-2-9".into(),
+    };
+    {
+        let db = cairndb::Db::open(dir.path(), opts()).expect("open");
+        let ks = db.keyspace(cairn_raft::META_KEYSPACE).expect("meta");
+        ks.put("sm.snapshot.meta", serde_json::to_vec(&meta).expect("json"))
+            .expect("put");
+        ks.put("sm.snapshot.data", &data).expect("put");
+    }
+    for _ in 0..2 {
+        let db = cairndb::Db::open(dir.path(), opts()).expect("open");
+        let (_log, mut sm) = cairn_raft::from_db(db.clone()).expect("store");
+        let mut current = sm
+            .get_current_snapshot()
+            .await
+            .expect("current")
+            .expect("one");
+        assert_eq!(current.meta, meta);
+        let mut read = Vec::new();
+        current.snapshot.read_to_end(&mut read).await.expect("read");
+        assert_eq!(read, data);
+        let ks = db.keyspace(cairn_raft::META_KEYSPACE).expect("meta");
+        assert_eq!(ks.get("sm.snapshot.data").expect("get"), None, "moved");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generations_no_record_names_are_dropped_on_open() {
+    let dir = tempfile::tempdir().expect("dir");
+    {
+        let db = cairndb::Db::open(dir.path(), opts()).expect("open");
+        let (_log, mut sm) = cairn_raft::from_db(db.clone()).expect("store");
+        fill(&mut sm, 5, 3).await;
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .expect("build");
+        // As a crash inside an install or a build would leave them.
+        for name in ["kv.40", "raft_snapshot.41"] {
+            db.keyspace(name)
+                .expect("create")
+                .put("x", "y")
+                .expect("put");
+        }
+    }
+    let db = cairndb::Db::open(dir.path(), opts()).expect("open");
+    let (_log, mut sm) = cairn_raft::from_db(db.clone()).expect("store");
+    let names = db.keyspaces();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n == "kv.40" || n == "raft_snapshot.41"),
+        "{names:?}"
+    );
+    assert_eq!(sm.pairs().expect("pairs").len(), 5);
+    assert!(sm.get_current_snapshot().await.expect("current").is_some());
+    // New generations are numbered past the dropped ones.
+    let mut receiving = sm.begin_receiving_snapshot().await.expect("begin");
+    receiving.write_all(b"x").await.expect("write");
+    let names = db.keyspaces();
+    assert!(names.iter().any(|n| n == "raft_snapshot.42"), "{names:?}");
 }
