@@ -17,7 +17,17 @@
 //!    (`cairn_raft::service`'s proposer). Its limit is row 1's rate; the
 //!    target, `TARGET`, is half of it.
 //!
-//! Both sides run in this process on the same disk, so the cluster's
+//! 3. `3 dbs, quorum synced puts xC`: what the cluster's storage alone
+//!    allows on this machine: three CairnDB databases (the nodes'
+//!    options), C writer threads each putting every put synced into the
+//!    first database while two helper threads of its own put it synced
+//!    into the other two; a put is answered once the first and one of the
+//!    others have it, as a Raft leader answers once it and one follower
+//!    have appended. No network, no consensus, no JSON: the cluster
+//!    cannot beat this row, so `3 dbs / one db` bounds the cluster's
+//!    ratio from above on a machine whose three nodes share one disk.
+//!
+//! All sides run in this process on the same disk, so the cluster's
 //! three nodes share the CPU and the device that one database has alone.
 //! Checked afterwards: the cluster's nodes all reach the leader's applied
 //! index, and a sample of keys read back through the leader
@@ -97,10 +107,14 @@ pub fn run(ctx: &mut Ctx, cfg: &Config) -> BenchResult<()> {
     let slice = Duration::from_secs_f64((cfg.secs / ROUNDS as f64).max(0.05));
     let single_phase = format!("one db, synced puts x{clients}");
     let cluster_phase = format!("{NODES}-node cluster, synced puts x{clients}");
+    let quorum_phase = format!("{NODES} dbs, quorum synced puts x{clients}");
+    let quorum = Quorum::open(&ctx.root, clients)?;
     // Next key index of each writer, on each side, across slices.
     let single_next: Arc<Vec<AtomicU64>> =
         Arc::new((0..clients).map(|_| AtomicU64::new(0)).collect());
     let cluster_next: Arc<Vec<AtomicU64>> =
+        Arc::new((0..clients).map(|_| AtomicU64::new(0)).collect());
+    let quorum_next: Arc<Vec<AtomicU64>> =
         Arc::new((0..clients).map(|_| AtomicU64::new(0)).collect());
     let first = ctx.rows.len();
     let log_before = cluster.last_log_index();
@@ -141,6 +155,27 @@ pub fn run(ctx: &mut Ctx, cfg: &Config) -> BenchResult<()> {
                 ..Outcome::default()
             })
         });
+        ctx.phase(WORKLOAD, &quorum_phase, "ops/s", None, |_, progress| {
+            let counts = parallel_for(clients, slice, |w, stop| {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let i = quorum_next[w].fetch_add(1, Ordering::Relaxed);
+                    let k = make_key(key_index(w, i), KEY_LEN);
+                    let v = value(key_index(w, i), cfg.value_len).into_bytes();
+                    quorum.put(w, i, k, v)?;
+                    progress.add(1, (KEY_LEN + cfg.value_len) as u64);
+                    n += 1;
+                }
+                Ok(n)
+            })?;
+            let ops: u64 = counts.iter().sum();
+            Ok(Outcome {
+                ops,
+                user_bytes: ops * (KEY_LEN + cfg.value_len) as u64,
+                written_bytes: ops * (KEY_LEN + cfg.value_len) as u64 * NODES,
+                ..Outcome::default()
+            })
+        });
     }
     ctx.merge_since(first);
     let entries = cluster.last_log_index() - log_before;
@@ -159,8 +194,10 @@ pub fn run(ctx: &mut Ctx, cfg: &Config) -> BenchResult<()> {
         }
     }
     let cluster_checked = runtime.block_on(cluster.check(&cluster_next, cfg.value_len, clients));
+    let quorum_checked = quorum.check(&quorum_next, cfg.value_len, clients);
     runtime.block_on(cluster.shutdown());
     let rows = &mut ctx.rows[first..];
+    let under_ceiling = rows_ratio(rows);
     let base = rows
         .first()
         .filter(|r| r.failure.is_none())
@@ -186,7 +223,128 @@ pub fn run(ctx: &mut Ctx, cfg: &Config) -> BenchResult<()> {
             row.failure = Some(e);
         }
     }
+    if let Some(row) = rows.get_mut(2) {
+        if let Some(base) = base {
+            row.limit = Some((format!("one db x{clients}"), base));
+        }
+        row.note = Some(format!(
+            "the cluster's storage alone: its ceiling here (cluster {under_ceiling:.2} of it)"
+        ));
+        if let Err(e) = quorum_checked
+            && row.failure.is_none()
+        {
+            row.failure = Some(e);
+        }
+    }
     Ok(())
+}
+
+/// The cluster's rate over the quorum row's (0 if either is missing).
+fn rows_ratio(rows: &[crate::bench::Row]) -> f64 {
+    match (rows.get(1), rows.get(2)) {
+        (Some(c), Some(q)) if q.rate() > 0.0 => c.rate() / q.rate(),
+        _ => 0.0,
+    }
+}
+
+/// A put for a helper: which put of its writer, the key and the value.
+type Job = (u64, Vec<u8>, Vec<u8>);
+
+/// Three databases written as a Raft quorum writes: each writer puts into
+/// the first itself and hands the put to two helper threads, one per
+/// other database, answering once one of them is done too.
+struct Quorum {
+    dbs: Vec<cairndb::Db>,
+    /// Per writer: the senders to its two helpers.
+    helpers: Vec<[std::sync::mpsc::SyncSender<Job>; 2]>,
+    /// Per writer: where its helpers report the put they finished (or
+    /// their error).
+    done: Vec<std::sync::Mutex<std::sync::mpsc::Receiver<Result<u64, String>>>>,
+}
+
+impl Quorum {
+    fn open(root: &std::path::Path, writers: usize) -> BenchResult<Quorum> {
+        let mut dbs = Vec::new();
+        for n in 1..=NODES {
+            let dir = root.join(format!("quorum-{n}"));
+            dbs.push(cairndb::Db::open(dir, cairndb::Options::default())?);
+        }
+        let (mut helpers, mut done) = (Vec::new(), Vec::new());
+        for _ in 0..writers {
+            let (report, reports) = std::sync::mpsc::channel();
+            let pair = [1, 2].map(|d| {
+                let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(1024);
+                let (db, report) = (dbs[d].clone(), report.clone());
+                std::thread::spawn(move || {
+                    for (i, k, v) in rx {
+                        let r = db.put_opt(&k, &v, &cairndb::WriteOptions::synced());
+                        let r = r.map(|()| i).map_err(|e| e.to_string());
+                        if report.send(r).is_err() {
+                            return;
+                        }
+                    }
+                });
+                tx
+            });
+            helpers.push(pair);
+            done.push(std::sync::Mutex::new(reports));
+        }
+        Ok(Quorum {
+            dbs,
+            helpers,
+            done,
+        })
+    }
+
+    /// Writer `w`'s put number `i`: synced into the first database here,
+    /// and into the others by `w`'s helpers; returns once one of them has
+    /// it too.
+    fn put(&self, w: usize, i: u64, k: Vec<u8>, v: Vec<u8>) -> BenchResult<()> {
+        for h in &self.helpers[w] {
+            h.send((i, k.clone(), v.clone()))
+                .map_err(|_| "a quorum helper stopped")?;
+        }
+        self.dbs[0].put_opt(&k, &v, &cairndb::WriteOptions::synced())?;
+        let done = self.done[w].lock().map_err(|_| "poisoned")?;
+        loop {
+            // A report of an earlier put is the slower helper's: skipped.
+            match done.recv().map_err(|_| "the quorum helpers stopped")? {
+                Ok(got) if got == i => return Ok(()),
+                Ok(_) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Every database holds a sample of what was put (helpers may still
+    /// be finishing the last puts: waits for them first).
+    fn check(self, next: &[AtomicU64], value_len: usize, clients: usize) -> Result<(), String> {
+        let Quorum { dbs, helpers, done } = self;
+        drop(helpers);
+        for d in &done {
+            let d = d.lock().map_err(|_| "poisoned")?;
+            // Each helper's loop ends once its sender is gone and its
+            // queue is empty, dropping its report sender.
+            while let Ok(r) = d.recv() {
+                r?;
+            }
+        }
+        for (n, db) in dbs.iter().enumerate() {
+            for (w, next) in next.iter().enumerate() {
+                let top = next.load(Ordering::Relaxed);
+                let step = (top / (CHECKED_MAX / clients as u64).max(1)).max(1);
+                for i in (0..top).step_by(step as usize) {
+                    let k = make_key(key_index(w, i), KEY_LEN);
+                    let want = value(key_index(w, i), value_len).into_bytes();
+                    let got = db.get(&k).map_err(|e| e.to_string())?;
+                    if got.as_deref() != Some(want.as_slice()) {
+                        return Err(format!("quorum db {}: key {} lost", n + 1, key_index(w, i)));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Three nodes in this process and a client of them.
