@@ -21,24 +21,43 @@
 //! using that for unsynced puts would hold LMDB to a stricter rule than
 //! the others. LMDB serializes all writers on one lock: concurrent writers
 //! queue instead of overlapping (that is the engine, not the adapter).
+//!
+//! Keyspaces (the `keyspaces` workload): LMDB's named databases, up to
+//! `NAMED_MAX` of them, each write to one its own write transaction as
+//! above; a drop is `mdb_drop` with delete, committed and synced. LMDB
+//! keeps the names as keys of the unnamed database, which holds the
+//! other workloads' data: the keyspaces workload runs on a fresh
+//! directory and never reads the unnamed one.
 
 use crate::bench::BenchResult;
-use crate::bench::engine::{BatchOp, Engine, EngineConfig, visit};
+use crate::bench::engine::{BatchOp, Engine, EngineConfig, Keyspaces, visit};
 use heed::types::Bytes;
 use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::RwLock;
+
+/// Most named databases (keyspaces) open at once; LMDB sizes its table of
+/// database slots from it (a few words per slot and transaction).
+const NAMED_MAX: u32 = 128;
+
+type Db = Database<'static, Bytes, Bytes>;
 
 pub struct LmdbEngine {
     env: Env<WithoutTls>,
-    db: Database<'static, Bytes, Bytes>,
+    db: Db,
+    /// Named databases opened through `Keyspaces`, by index; `None` once
+    /// dropped.
+    spaces: RwLock<Vec<(String, Option<Db>)>>,
 }
 
 impl LmdbEngine {
     pub fn open(dir: &Path, _cfg: &EngineConfig) -> BenchResult<Self> {
         std::fs::create_dir_all(dir)?;
         let mut opts = EnvOpenOptions::new().read_txn_without_tls();
-        opts.map_size(64 << 30).max_readers(1024).max_dbs(1);
+        opts.map_size(64 << 30)
+            .max_readers(1024)
+            .max_dbs(NAMED_MAX + 1);
         // NO_READ_AHEAD (MDB_NORDAHEAD) is LMDB's documented setting for
         // data larger than RAM: without it, each random read faults in a
         // whole readahead window, and under the contest's memory cap LMDB
@@ -56,7 +75,77 @@ impl LmdbEngine {
                 Ok(CommitOrAbort::<_, ()>::Commit(db))
             })?
             .unwrap_commit();
-        Ok(LmdbEngine { env, db })
+        Ok(LmdbEngine {
+            env,
+            db,
+            spaces: RwLock::new(Vec::new()),
+        })
+    }
+
+    fn space(&self, ks: usize) -> BenchResult<Db> {
+        let spaces = self.spaces.read().map_err(|_| "keyspace list poisoned")?;
+        match spaces.get(ks) {
+            Some((_, Some(db))) => Ok(*db),
+            _ => Err(format!("no open keyspace {ks}").into()),
+        }
+    }
+}
+
+impl Keyspaces for LmdbEngine {
+    fn open_keyspace(&self, name: &str) -> BenchResult<usize> {
+        let wtxn = self.env.write_txn()?;
+        let db = self
+            .env
+            .create_databases_and_commit(wtxn, |wdo, wtxn| -> Result<_, heed::Error> {
+                let db = wdo.create_database::<Bytes, Bytes>(wtxn, Some(name))?;
+                Ok(CommitOrAbort::<_, ()>::Commit(db))
+            })?
+            .unwrap_commit();
+        let mut spaces = self.spaces.write().map_err(|_| "keyspace list poisoned")?;
+        spaces.push((name.to_owned(), Some(db)));
+        Ok(spaces.len() - 1)
+    }
+    fn write_in(&self, ks: usize, ops: &[BatchOp], sync: bool) -> BenchResult<()> {
+        let db = self.space(ks)?;
+        let mut wtxn = self.env.write_txn()?;
+        for (k, v) in ops {
+            match v {
+                Some(v) => db.put(&mut wtxn, k, v)?,
+                None => {
+                    db.delete(&mut wtxn, k)?;
+                }
+            }
+        }
+        wtxn.commit()?;
+        if sync {
+            self.env.force_sync()?;
+        }
+        Ok(())
+    }
+    fn get_in(&self, ks: usize, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+        let db = self.space(ks)?;
+        let rtxn = self.env.read_txn()?;
+        Ok(db.get(&rtxn, key)?.map(<[u8]>::to_vec))
+    }
+    fn drop_keyspace(&self, name: &str) -> BenchResult<()> {
+        let db = {
+            let mut spaces = self.spaces.write().map_err(|_| "keyspace list poisoned")?;
+            spaces
+                .iter_mut()
+                .filter(|(n, _)| n == name)
+                .find_map(|(_, db)| db.take())
+        };
+        let Some(db) = db else {
+            return Err(format!("no open keyspace {name:?}").into());
+        };
+        let mut wtxn = self.env.write_txn()?;
+        // SAFETY: `remove` closes the database's slot; its only handle
+        // was taken out of `spaces` above (handles are copied out only
+        // for one call, and the workload drops a keyspace no writer
+        // uses), so nothing uses the slot after.
+        unsafe { db.remove(&mut wtxn)? };
+        wtxn.commit()?;
+        Ok(self.env.force_sync()?)
     }
 }
 
@@ -116,5 +205,8 @@ impl Engine for LmdbEngine {
     fn compression(&self) -> String {
         // `--compression` cannot apply.
         "none: LMDB has no compression".to_owned()
+    }
+    fn keyspaces(&self) -> Option<&dyn Keyspaces> {
+        Some(self)
     }
 }

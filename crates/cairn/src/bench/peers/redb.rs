@@ -17,16 +17,29 @@
 //! the alternative, `Immediate` for every unsynced put, would be an fsync
 //! per put and a different workload. redb allows one write transaction at
 //! a time: concurrent writers queue.
+//!
+//! Keyspaces (the `keyspaces` workload): redb's tables, by name, each
+//! write to one its own write transaction as above; a drop is
+//! `delete_table` in an `Immediate` commit.
 
 use crate::bench::BenchResult;
-use crate::bench::engine::{BatchOp, Engine, EngineConfig, visit};
+use crate::bench::engine::{BatchOp, Engine, EngineConfig, Keyspaces, visit};
 use ::redb::{Database, Durability, ReadableDatabase, TableDefinition, WriteTransaction};
 use std::path::Path;
+use std::sync::RwLock;
 
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
 
 pub struct RedbEngine {
     db: Database,
+    /// Tables opened through `Keyspaces`, by index, and whether they were
+    /// dropped.
+    spaces: RwLock<Vec<(String, bool)>>,
+}
+
+/// The table named `name`.
+fn table(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+    TableDefinition::new(name)
 }
 
 impl RedbEngine {
@@ -35,7 +48,10 @@ impl RedbEngine {
         let db = Database::builder()
             .set_cache_size(cfg.cache_bytes)
             .create(dir.join("redb"))?;
-        let e = RedbEngine { db };
+        let e = RedbEngine {
+            db,
+            spaces: RwLock::new(Vec::new()),
+        };
         // Create the table so that readers find it.
         let tx = e.db.begin_write()?;
         tx.open_table(TABLE)?;
@@ -47,6 +63,66 @@ impl RedbEngine {
         let mut tx = self.db.begin_write()?;
         tx.set_durability(durability)?;
         Ok(tx)
+    }
+
+    fn space(&self, ks: usize) -> BenchResult<String> {
+        let spaces = self.spaces.read().map_err(|_| "keyspace list poisoned")?;
+        match spaces.get(ks) {
+            Some((name, false)) => Ok(name.clone()),
+            _ => Err(format!("no open keyspace {ks}").into()),
+        }
+    }
+}
+
+impl Keyspaces for RedbEngine {
+    fn open_keyspace(&self, name: &str) -> BenchResult<usize> {
+        let tx = self.write(Durability::Immediate)?;
+        tx.open_table(table(name))?;
+        tx.commit()?;
+        let mut spaces = self.spaces.write().map_err(|_| "keyspace list poisoned")?;
+        spaces.push((name.to_owned(), false));
+        Ok(spaces.len() - 1)
+    }
+    fn write_in(&self, ks: usize, ops: &[BatchOp], sync: bool) -> BenchResult<()> {
+        let name = self.space(ks)?;
+        let tx = self.write(if sync {
+            Durability::Immediate
+        } else {
+            Durability::None
+        })?;
+        {
+            let mut t = tx.open_table(table(&name))?;
+            for (k, v) in ops {
+                match v {
+                    Some(v) => {
+                        t.insert(k.as_slice(), v.as_slice())?;
+                    }
+                    None => {
+                        t.remove(k.as_slice())?;
+                    }
+                }
+            }
+        }
+        Ok(tx.commit()?)
+    }
+    fn get_in(&self, ks: usize, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+        let name = self.space(ks)?;
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(table(&name))?;
+        Ok(t.get(key)?.map(|v| v.value().to_vec()))
+    }
+    fn drop_keyspace(&self, name: &str) -> BenchResult<()> {
+        {
+            let mut spaces = self.spaces.write().map_err(|_| "keyspace list poisoned")?;
+            for (n, dropped) in spaces.iter_mut() {
+                if n == name {
+                    *dropped = true;
+                }
+            }
+        }
+        let tx = self.write(Durability::Immediate)?;
+        tx.delete_table(table(name))?;
+        Ok(tx.commit()?)
     }
 }
 
@@ -109,6 +185,9 @@ impl Engine for RedbEngine {
     fn compression(&self) -> String {
         // `--compression` cannot apply.
         "none: redb has no compression".to_owned()
+    }
+    fn keyspaces(&self) -> Option<&dyn Keyspaces> {
+        Some(self)
     }
 }
 

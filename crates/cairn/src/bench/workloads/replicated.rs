@@ -289,11 +289,7 @@ impl Quorum {
             helpers.push(pair);
             done.push(std::sync::Mutex::new(reports));
         }
-        Ok(Quorum {
-            dbs,
-            helpers,
-            done,
-        })
+        Ok(Quorum { dbs, helpers, done })
     }
 
     /// Writer `w`'s put number `i`: synced into the first database here,
