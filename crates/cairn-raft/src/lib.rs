@@ -175,7 +175,9 @@ pub const LOG_KEYSPACE: &str = "raft_log";
 /// Keyspace of the vote, the committed and last purged log ids, the
 /// applied state and the current snapshot.
 pub const META_KEYSPACE: &str = "raft_meta";
-/// Keyspace of the application's data.
+/// Keyspace of the application's data in a new store; each snapshot
+/// install moves the data to a new one, `kv.N` (`raft_meta` key `sm.kv`
+/// names the current one).
 pub const KV_KEYSPACE: &str = "kv";
 
 /// The database and keyspace handles the log store and the state machine
