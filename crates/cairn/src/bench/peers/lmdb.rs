@@ -81,13 +81,13 @@ impl LmdbEngine {
             spaces: RwLock::new(Vec::new()),
         })
     }
+}
 
-    fn space(&self, ks: usize) -> BenchResult<Db> {
-        let spaces = self.spaces.read().map_err(|_| "keyspace list poisoned")?;
-        match spaces.get(ks) {
-            Some((_, Some(db))) => Ok(*db),
-            _ => Err(format!("no open keyspace {ks}").into()),
-        }
+/// The open database at index `ks` of `spaces`.
+fn space(spaces: &[(String, Option<Db>)], ks: usize) -> BenchResult<Db> {
+    match spaces.get(ks) {
+        Some((_, Some(db))) => Ok(*db),
+        _ => Err(format!("no open keyspace {ks}").into()),
     }
 }
 
@@ -106,7 +106,9 @@ impl Keyspaces for LmdbEngine {
         Ok(spaces.len() - 1)
     }
     fn write_in(&self, ks: usize, ops: &[BatchOp], sync: bool) -> BenchResult<()> {
-        let db = self.space(ks)?;
+        // Held through the transaction: a drop waits for it (see there).
+        let spaces = self.spaces.read().map_err(|_| "keyspace list poisoned")?;
+        let db = space(&spaces, ks)?;
         let mut wtxn = self.env.write_txn()?;
         for (k, v) in ops {
             match v {
@@ -123,28 +125,31 @@ impl Keyspaces for LmdbEngine {
         Ok(())
     }
     fn get_in(&self, ks: usize, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
-        let db = self.space(ks)?;
+        let spaces = self.spaces.read().map_err(|_| "keyspace list poisoned")?;
+        let db = space(&spaces, ks)?;
         let rtxn = self.env.read_txn()?;
         Ok(db.get(&rtxn, key)?.map(<[u8]>::to_vec))
     }
     fn drop_keyspace(&self, name: &str) -> BenchResult<()> {
-        let db = {
-            let mut spaces = self.spaces.write().map_err(|_| "keyspace list poisoned")?;
-            spaces
-                .iter_mut()
-                .filter(|(n, _)| n == name)
-                .find_map(|(_, db)| db.take())
-        };
+        // The write lock waits for every `write_in` and `get_in` using a
+        // handle (they hold the read lock through their transaction) and
+        // keeps new ones out until the handle is gone from the list.
+        let mut spaces = self.spaces.write().map_err(|_| "keyspace list poisoned")?;
+        let db = spaces
+            .iter_mut()
+            .filter(|(n, _)| n == name)
+            .find_map(|(_, db)| db.take());
         let Some(db) = db else {
             return Err(format!("no open keyspace {name:?}").into());
         };
         let mut wtxn = self.env.write_txn()?;
-        // SAFETY: `remove` closes the database's slot; its only handle
-        // was taken out of `spaces` above (handles are copied out only
-        // for one call, and the workload drops a keyspace no writer
-        // uses), so nothing uses the slot after.
+        // SAFETY: `remove` closes the database's slot. Its one handle was
+        // just taken out of `spaces` under the write lock, which no call
+        // using a handle holds the read lock beside, so no transaction
+        // uses the slot now or later.
         unsafe { db.remove(&mut wtxn)? };
         wtxn.commit()?;
+        drop(spaces);
         Ok(self.env.force_sync()?)
     }
 }
