@@ -404,6 +404,7 @@ impl Db {
             value_reads_unasked: inner.policy.unasked(),
             value_reads_direct: inner.policy.counts().1,
             value_reads_buffered: inner.policy.counts().2,
+            value_reads_mapped: inner.policy.mapped(),
             value_read_batches: inner.policy.batches(),
             scan_chunk_reads: inner.share.reads(),
             scan_chunk_waits: inner.share.waits(),
@@ -531,12 +532,17 @@ pub struct Stats {
     pub value_reads: crate::ValueReads,
     /// Reads of flushed separated values since open — a value, a run of
     /// neighbouring values or a chunk of a shared scan each counts one —
-    /// served from the page cache without waiting (`CachedElseDirect`),
+    /// served from the page cache without waiting (`CachedElseDirect`, or
+    /// a memory map's resident pages),
     /// with direct IO, and with buffered IO (values of a journal still
     /// written to included).
     pub value_reads_cached: u64,
     pub value_reads_direct: u64,
     pub value_reads_buffered: u64,
+    /// Of `value_reads_cached`, the reads copied out of a memory map of
+    /// their file (`Options::map_values`): the page cache asked with
+    /// `mincore`, under `PageCache` as under `CachedElseDirect`.
+    pub value_reads_mapped: u64,
     /// Reads of `CachedElseDirect` that did not ask the page cache first
     /// (counted in `value_reads_direct` too): asking is thinned while the
     /// page cache keeps missing (read/policy.rs).

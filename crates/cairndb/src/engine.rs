@@ -194,10 +194,10 @@ impl Inner {
         let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let workers = Arc::new(crate::pool::WorkerPool::new());
         let share: Arc<crate::read::share::ChunkShare> = Arc::default();
-        let policy = Arc::new(crate::read::policy::ReadPolicy::new(
-            o.opts.value_reads,
-            o.opts.fs.host(),
-        ));
+        let policy = Arc::new(
+            crate::read::policy::ReadPolicy::new(o.opts.value_reads, o.opts.fs.host())
+                .with_maps(o.opts.map_values),
+        );
         // Tables hold at most what was recovered, all of it durable.
         let table_seqno_max = o.journal.synced_seqno();
         // As `view_parts` builds it.

@@ -246,6 +246,23 @@ pub struct Options {
     /// How flushed separated values are read (point reads and scans);
     /// see [`ValueReads`]. Default [`ValueReads::Auto`].
     pub value_reads: ValueReads,
+    /// Read flushed separated values the page cache holds out of memory
+    /// maps of their files (a copy from memory, no system call per read)
+    /// rather than with `pread`: each range is first asked of the page
+    /// cache (`mincore`), and one not wholly cached is read as
+    /// `value_reads` says. A page evicted in the instant between the
+    /// question and the copy is read back by a page fault; if that read
+    /// fails (a device error), or if another process cuts a mapped file
+    /// short while the database is open, the kernel ends the process with
+    /// `SIGBUS`, as it would any reader of a memory-mapped file (a file
+    /// cut short while the database was closed is mapped as it is now:
+    /// its missing values are `Corruption` errors). `false` reads every
+    /// value with `pread` or direct IO. Pages a map has touched count in
+    /// the process's resident memory (RSS), beside the budget. Not used
+    /// with `ValueReads::Direct` nor by read-only opens. Default false:
+    /// with it a truncated file or a device error can end the process
+    /// instead of giving an error.
+    pub map_values: bool,
     /// Pre-write the journal ahead of synced commits: a commit that asks
     /// for sync and would grow the journal first writes zeros some way
     /// past it (64 times the group's bytes, 16 KiB to 4 MiB) and syncs
@@ -409,6 +426,7 @@ impl Options {
             settle_after_idle: Some(std::time::Duration::from_secs(5)),
             settle_for_scans: 1.0,
             value_reads: ValueReads::Auto,
+            map_values: false,
             journal_prewrite: true,
             journal_direct: true,
             journal_ring_bytes: 16 << 20,

@@ -458,8 +458,11 @@ fn drop_cached_pages(dir: &Path) {
 #[test]
 fn cached_else_direct_takes_the_page_cache_first() {
     let tmp = tempfile::tempdir().expect("tempdir");
+    // Through `pread`: pages a map has touched stay in the page cache
+    // whatever `drop_cached_pages` asks (see the test after this one).
     let opts = Options {
         journal_direct: false,
+        map_values: false,
         ..real_fs_opts(ValueReads::CachedElseDirect, 100)
     };
     let db = Db::open(tmp.path(), opts).expect("open");
@@ -497,22 +500,175 @@ fn cached_else_direct_takes_the_page_cache_first() {
 }
 
 /// `Auto` reads through the page cache while the values fit in the
-/// available memory (a few KiB here, on any machine that runs tests).
+/// available memory (a few KiB here, on any machine that runs tests):
+/// copied out of memory maps of their files while the page cache holds
+/// them, else with `pread`.
 #[test]
 fn auto_reads_small_data_through_the_page_cache() {
+    for map_values in [true, false] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let o = Options {
+            map_values,
+            ..real_fs_opts(ValueReads::Auto, 100)
+        };
+        let db = Db::open(tmp.path(), o).expect("open");
+        for i in 0..10 {
+            db.put(key(i), value(i, 0, 500)).expect("put");
+        }
+        db.flush().expect("flush");
+        for i in 0..10 {
+            assert_eq!(db.get(key(i)).expect("get"), Some(value(i, 0, 500)));
+        }
+        let s = db.stats();
+        assert_eq!(s.value_reads, ValueReads::PageCache);
+        assert_eq!(s.value_reads_direct, 0);
+        let mapped = if map_values { s.value_reads_mapped } else { 0 };
+        assert_eq!(s.value_reads_mapped, mapped, "maps off: none mapped");
+        assert_eq!(s.value_reads_cached, mapped);
+        assert_eq!(s.value_reads_buffered + mapped, 10);
+    }
+}
+
+fn mapped_opts(reads: ValueReads) -> Options {
+    Options {
+        map_values: true,
+        ..real_fs_opts(reads, 100)
+    }
+}
+
+/// Memory maps of flushed segments (`Options::map_values`): point reads,
+/// scans and `multi_get` of values the page cache holds are copied out of
+/// the maps, the same bytes as through `pread`; under `CachedElseDirect`
+/// values the page cache does not hold are read with direct IO.
+#[test]
+fn mapped_reads_on_the_real_file_system() {
+    for reads in [ValueReads::PageCache, ValueReads::CachedElseDirect] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let n = 300;
+        let len = |i: usize| 700 + i * 37 % 5000;
+        {
+            let db = Db::open(tmp.path(), mapped_opts(reads)).expect("open");
+            // Out of key order: scans meet scattered values.
+            for j in 0..n {
+                let i = j * 7 % n;
+                db.put(key(i), value(i, 0, len(i))).expect("put");
+            }
+            db.close().expect("close");
+        }
+        drop_cached_pages(tmp.path());
+        let db = Db::open(tmp.path(), mapped_opts(reads)).expect("reopen");
+        let want: Vec<_> = (0..n).map(|i| (key(i), value(i, 0, len(i)))).collect();
+        let check = |db: &Db, ctx: &str| {
+            let got = db.prefix("k").collect::<cairndb::Result<Vec<_>>>();
+            assert!(got.expect("scan") == want, "{reads:?} {ctx}: scan");
+            for i in (0..n).step_by(7) {
+                let got = db.get(key(i)).expect("get");
+                assert!(got == Some(value(i, 0, len(i))), "{reads:?} {ctx}: get {i}");
+            }
+            let keys: Vec<Vec<u8>> = (0..n).step_by(3).map(key).collect();
+            for (k, got) in keys.iter().zip(db.multi_get(&keys)) {
+                let i = (0..n).find(|&i| key(i) == *k).expect("a key written");
+                assert!(
+                    got.expect("multi_get") == Some(value(i, 0, len(i))),
+                    "{ctx}"
+                );
+            }
+            db.stats()
+        };
+        // Read from the device: under `CachedElseDirect` directly (the
+        // page cache holds nothing, so nothing is mapped); under
+        // `PageCache` partly out of the maps, whose faults read the pages.
+        let cold = check(&db, "cold");
+        if reads == ValueReads::CachedElseDirect {
+            assert_eq!(cold.value_reads_mapped, 0, "{cold:?}");
+            assert!(cold.value_reads_direct > 0, "{cold:?}");
+        }
+        // ... and once the page cache holds the files, out of the maps.
+        for entry in std::fs::read_dir(tmp.path()).expect("list") {
+            let _ = std::fs::read(entry.expect("entry").path()).expect("read");
+        }
+        let warm = check(&db, "warm");
+        assert!(
+            warm.value_reads_mapped > cold.value_reads_mapped,
+            "{reads:?}: nothing mapped: {warm:?}"
+        );
+        let (mapped, other) = (
+            warm.value_reads_mapped - cold.value_reads_mapped,
+            warm.value_reads_direct + warm.value_reads_buffered
+                - cold.value_reads_direct
+                - cold.value_reads_buffered,
+        );
+        assert_eq!(other, 0, "{reads:?}: {mapped} mapped, {other} read");
+        db.close().expect("close");
+        // Maps off (the default): the same reads, none of them mapped.
+        let db = Db::open(tmp.path(), real_fs_opts(reads, 100)).expect("reopen");
+        assert_eq!(check(&db, "unmapped").value_reads_mapped, 0);
+    }
+}
+
+/// A file of values cut short while the database was closed: once open,
+/// reads of the values it no longer holds are `Corruption` errors (the
+/// file's map ends where the file now ends, so those reads go to `pread`;
+/// touching the map past the end would end the process with SIGBUS), and
+/// the values before the cut are still copied out of the map.
+#[test]
+fn a_values_file_cut_short_is_an_error_not_a_crash() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let db = Db::open(tmp.path(), real_fs_opts(ValueReads::Auto, 100)).expect("open");
-    for i in 0..10 {
-        db.put(key(i), value(i, 0, 500)).expect("put");
+    // The journal written through the page cache, which then holds it.
+    let o = Options {
+        value_partitions: 0,
+        journal_direct: false,
+        ..mapped_opts(ValueReads::PageCache)
+    };
+    let n = 64;
+    {
+        let db = Db::open(tmp.path(), o.clone()).expect("open");
+        for i in 0..n {
+            db.put(key(i), value(i, 0, BIG)).expect("put");
+        }
+        db.flush().expect("flush");
+        db.close().expect("close");
     }
-    db.flush().expect("flush");
-    for i in 0..10 {
-        assert_eq!(db.get(key(i)).expect("get"), Some(value(i, 0, 500)));
+    // The file holding the values: cut it just after the first.
+    let (first, last) = (value(0, 0, BIG), value(n - 1, 0, BIG));
+    let mut cut = false;
+    for entry in std::fs::read_dir(tmp.path()).expect("list") {
+        let path = entry.expect("entry").path();
+        let bytes = std::fs::read(&path).expect("read");
+        let find = |v: &[u8]| bytes.windows(64).position(|w| w == &v[..64]);
+        if let (Some(_), Some(at)) = (find(&first), find(&last)) {
+            let keep = find(&value(1, 0, BIG));
+            assert!(keep.is_some_and(|k| k < at), "values in write order");
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_len(keep.expect("checked") as u64))
+                .expect("truncate");
+            cut = true;
+        }
     }
-    let s = db.stats();
-    assert_eq!(s.value_reads, ValueReads::PageCache);
-    assert_eq!((s.value_reads_cached, s.value_reads_direct), (0, 0));
-    assert_eq!(s.value_reads_buffered, 10);
+    assert!(cut, "no file holds the values");
+    let db = Db::open(tmp.path(), o).expect("reopen");
+    assert_eq!(
+        db.get(key(0)).expect("before the cut"),
+        Some(value(0, 0, BIG))
+    );
+    assert_eq!(db.stats().value_reads_mapped, 1, "{:?}", db.stats());
+    for i in [1, n / 2, n - 1] {
+        let got = db.get(key(i));
+        assert!(
+            matches!(got, Err(Error::Corruption { .. })),
+            "value {i} past the cut: {got:?}"
+        );
+    }
+    let scanned: Vec<_> = db.prefix("k").collect();
+    assert!(scanned[0].is_ok(), "the first value is whole");
+    assert!(
+        scanned
+            .iter()
+            .any(|r| matches!(r, Err(Error::Corruption { .. }))),
+        "a scan past the cut names the damage"
+    );
 }
 
 fn reads_on_the_real_file_system(reads: ValueReads) {

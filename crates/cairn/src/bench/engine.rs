@@ -262,6 +262,9 @@ pub struct Checkpointed {
 /// - `cairndb-nostreams`: `value_partitions = 0`, unsynced separated
 ///   values kept inside their journal records instead of appended to
 ///   value streams by key range (the control for value streams);
+/// - `cairndb-map`: `map_values = true`, flushed values the page cache
+///   holds copied out of memory maps of their files instead of read with
+///   `pread` (what the option gains);
 /// - `cairndb-lz4`: `compression = Lz4` whatever `--compression` says, so
 ///   that one run measures what LZ4 costs against `cairndb`.
 pub const CAIRN_VARIANTS: &[&str] = &[
@@ -276,6 +279,7 @@ pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb-cold",
     "cairndb-nosettle",
     "cairndb-nostreams",
+    "cairndb-map",
     "cairndb-lz4",
 ];
 
@@ -337,6 +341,7 @@ pub fn cairn_options(
         "cairndb-cold" => opts.warm_written_values = false,
         "cairndb-nosettle" => opts.settle_for_scans = 0.0,
         "cairndb-nostreams" => opts.value_partitions = 0,
+        "cairndb-map" => opts.map_values = true,
         "cairndb-lz4" => opts.compression = cairndb::Compression::Lz4,
         _ => return None,
     }

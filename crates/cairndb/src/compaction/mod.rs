@@ -116,7 +116,7 @@ impl Thread {
             read_due: ReadDue::new(inner),
             idle: Idle::new(inner),
             writes: (appended, Instant::now()),
-            reads_at_warm: inner.policy.counts().2,
+            reads_at_warm: inner.policy.page_cache_reads(),
         }
     }
 
@@ -156,7 +156,7 @@ impl Thread {
         {
             return Some(Work::Drop);
         }
-        let reads = inner.policy.counts().2;
+        let reads = inner.policy.page_cache_reads();
         let reading = reads.saturating_sub(self.reads_at_warm) >= WARM_READS;
         if (self.writes.1.elapsed() >= WARM_AFTER_QUIET || reading)
             && inner

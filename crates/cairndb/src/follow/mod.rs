@@ -197,6 +197,9 @@ impl ReadOnlyDb {
         // This handle never deletes, renames or recycles a file: its
         // versions' obsolete tables are the writer's to remove.
         reaper.closed.store(true, Ordering::Release);
+        // No memory maps: the writer reuses and truncates journal files
+        // this handle may still read, which a map would answer with
+        // SIGBUS where `pread` answers with an error.
         let policy = Arc::new(crate::read::policy::ReadPolicy::new(
             opts.value_reads,
             fs.host(),

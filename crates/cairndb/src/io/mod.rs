@@ -20,6 +20,7 @@
 mod blocks;
 mod buf;
 pub mod host;
+mod map;
 #[cfg(feature = "testing")]
 mod mem;
 mod posix;
@@ -30,6 +31,7 @@ pub(crate) mod uring;
 
 pub(crate) use buf::AlignedBuf;
 pub use host::{Host, Machine};
+pub use map::Mapped;
 #[cfg(feature = "testing")]
 pub use mem::{Crash, Fault, FaultKind, MemFs, OpInfo, OpKind};
 pub use posix::PosixFs;
@@ -286,6 +288,12 @@ pub trait Fs: Send + Sync + 'static {
     /// direct IO read as `open` does.
     fn open_direct(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {
         self.open(path)
+    }
+    /// A read-only memory map of the existing file `path` as long as it is
+    /// now, for a file no handle writes again (`io/map.rs`); `None` where
+    /// the backend has none (the default) or the file is empty.
+    fn map(&self, _path: &Path) -> io::Result<Option<Mapped>> {
+        Ok(None)
     }
     /// Makes what was written to the existing file `path` durable, as a
     /// sync of its writer would (an fdatasync through a descriptor of its

@@ -342,6 +342,9 @@ impl Fs for PosixFs {
             None => self.open(path),
         }
     }
+    fn map(&self, path: &Path) -> io::Result<Option<super::Mapped>> {
+        super::Mapped::new(&File::open(path)?)
+    }
     fn sync_file(&self, path: &Path) -> io::Result<()> {
         // Linux syncs a file through any descriptor of it, read-only ones
         // too.

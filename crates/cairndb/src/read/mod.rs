@@ -309,6 +309,38 @@ impl ReadView {
         flushed: bool,
     ) -> std::io::Result<Option<Vec<u8>>> {
         let how = if flushed { self.reads } else { How::PageCache };
+        // A mapped segment: the value copied out of the map (`io/map.rs`);
+        // under `CachedElseDirect` only if `mincore` says the page cache
+        // holds it, else read directly.
+        let map = (flushed && self.policy.maps && how != How::Direct)
+            .then(|| seg.mapped())
+            .flatten();
+        if let Some(map) = map {
+            let len = ptr.len as usize;
+            let ask = how == How::CachedElseDirect && self.policy.ask_cache();
+            let got = match how {
+                How::PageCache => map.get(ptr.offset, len),
+                _ if ask => map.resident(ptr.offset, len),
+                _ => None,
+            };
+            if ask {
+                self.policy.asked_cache(got.is_some());
+            }
+            match got {
+                Some(v) if ptr.matches(v) => {
+                    self.policy.count_mapped();
+                    return Ok(Some(v.to_vec()));
+                }
+                // A mismatch is read again below, which names damage.
+                Some(_) => {}
+                None if how == How::CachedElseDirect => {
+                    self.policy.count(Served::Direct);
+                    return seg.read(ptr, true);
+                }
+                // Past the map's end: `pread` names what is missing.
+                None => {}
+            }
+        }
         if how == How::CachedElseDirect && self.policy.ask_cache() {
             let cached = seg.read_cached(ptr)?;
             self.policy.asked_cache(cached.is_some());

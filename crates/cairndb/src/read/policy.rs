@@ -90,6 +90,11 @@ pub struct ReadPolicy {
     trusted_reads: AtomicU32,
     /// Reads that did not ask the page cache, thinned.
     unasked: AtomicU64,
+    /// Reads served out of a memory map (counted in `cached` too).
+    mapped: AtomicU64,
+    /// Flushed values the page cache holds are copied out of memory maps
+    /// of their files (`Options::map_values`, `io/map.rs`).
+    pub maps: bool,
 }
 
 impl ReadPolicy {
@@ -112,7 +117,17 @@ impl ReadPolicy {
             hits_in_row: AtomicU32::new(0),
             trusted_reads: AtomicU32::new(0),
             unasked: AtomicU64::new(0),
+            mapped: AtomicU64::new(0),
+            maps: false,
         }
+    }
+
+    /// This policy with memory maps used (`Options::map_values`) if
+    /// `maps`; never under `ValueReads::Direct`, which keeps reads off the
+    /// page cache.
+    pub fn with_maps(mut self, maps: bool) -> ReadPolicy {
+        self.maps = maps && self.mode != ValueReads::Direct;
+        self
     }
 
     /// Whether a read of `How::CachedElseDirect` asks the page cache
@@ -222,6 +237,23 @@ impl ReadPolicy {
             Served::Buffered => &self.buffered,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a read served out of a memory map: one from the page cache.
+    pub fn count_mapped(&self) {
+        self.count(Served::Cached);
+        self.mapped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads served out of a memory map since open.
+    pub fn mapped(&self) -> u64 {
+        self.mapped.load(Ordering::Relaxed)
+    }
+
+    /// Reads through the page cache since open: buffered, and out of
+    /// memory maps.
+    pub fn page_cache_reads(&self) -> u64 {
+        self.buffered.load(Ordering::Relaxed) + self.mapped()
     }
 
     /// Counts a window of direct reads handed to the kernel as one batch.

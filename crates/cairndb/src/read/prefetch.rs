@@ -244,6 +244,33 @@ impl ReadView {
                     device.push(run);
                     continue;
                 }
+                // A mapped segment: the values copied out of the map
+                // (`io/map.rs`); under `CachedElseDirect` only if `mincore`
+                // says the page cache holds the run, else read directly.
+                Some((seg, true)) if self.policy.maps && seg.mapped().is_some() => {
+                    let ask = run.how == How::CachedElseDirect;
+                    let span = usize::try_from(run.end - run.start).ok().and_then(|len| {
+                        let map = seg.mapped()?;
+                        if ask {
+                            map.resident(run.start, len)
+                        } else {
+                            map.get(run.start, len)
+                        }
+                    });
+                    if ask {
+                        self.policy.asked_cache(span.is_some());
+                    }
+                    match span {
+                        Some(span) => {
+                            self.policy.count_mapped();
+                            run.slice(Some(span))
+                        }
+                        None => {
+                            device.push(run);
+                            continue;
+                        }
+                    }
+                }
                 // Data that fits in memory, the page cache holding all
                 // asked of it lately: read here, without asking first
                 // (`ReadPolicy::trust_cache`).

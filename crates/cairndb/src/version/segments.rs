@@ -13,7 +13,7 @@
 use super::{Reaper, files};
 use crate::format::vptr::ValuePtr;
 use crate::io::FileRead;
-use crate::io::{AlignedBuf, How, Served};
+use crate::io::{AlignedBuf, How, Mapped, Served};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -34,6 +34,9 @@ pub struct SegmentFile {
     reader: OnceLock<Arc<dyn FileRead>>,
     /// A second handle for direct reads (`Fs::open_direct`).
     direct: OnceLock<Arc<dyn FileRead>>,
+    /// A memory map of the flushed segment (`Fs::map`), made on first use;
+    /// `None` where it cannot be mapped.
+    mapped: OnceLock<Option<Mapped>>,
     obsolete: AtomicBool,
     /// A journal this process created (journal format 3, every record
     /// numbered): kept for reuse when obsolete rather than deleted.
@@ -56,6 +59,7 @@ impl SegmentFile {
             number,
             reader: OnceLock::new(),
             direct: OnceLock::new(),
+            mapped: OnceLock::new(),
             obsolete: AtomicBool::new(false),
             recyclable: AtomicBool::new(false),
             kind: OnceLock::new(),
@@ -150,6 +154,15 @@ impl SegmentFile {
             })
         })?;
         Ok(checked.ok())
+    }
+
+    /// The segment's memory map (`io/map.rs`), made on the first call as
+    /// long as the file is then; `None` where it cannot be mapped. Only
+    /// for flushed segments, whose files no longer change.
+    pub fn mapped(&self) -> Option<&Mapped> {
+        self.mapped
+            .get_or_init(|| self.reaper.fs.map(&self.path()).ok().flatten())
+            .as_ref()
     }
 
     /// Reads `len` raw bytes at `offset`, unchecked (the caller checks
