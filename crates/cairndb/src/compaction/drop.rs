@@ -60,7 +60,11 @@ fn pointed_to(inner: &Inner, f: &TableFile, dead: &mut BTreeMap<u64, u64>) -> Re
 /// Removes the tables of dropped keyspaces (under the compaction lock).
 pub(super) fn remove_dropped(inner: &Inner, v: &Version) -> Result<()> {
     match removal(inner, v) {
-        Some(edit) => inner.log_and_apply(edit, |_| {}),
+        Some(edit) => {
+            v.check_value_dead(&edit.value_dead, &edit.value_live)
+                .map_err(|detail| crate::Error::corruption(&inner.dir, 0, detail))?;
+            inner.log_and_apply(edit, |_| {})
+        }
         None => Ok(()),
     }
 }

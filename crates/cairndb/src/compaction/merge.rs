@@ -45,6 +45,12 @@ pub(super) fn compact(inner: &Inner, v: &Version, c: Compaction, moving: Moving)
             }
             None => return Ok(()),
         }
+        // Damaged inputs can point into segments the version does not
+        // hold: the files the merge wrote go, as after a failed merge.
+        if let Err(detail) = v.check_value_dead(&edit.value_dead, &edit.value_live) {
+            remove_outputs(inner, &edit);
+            return Err(Error::corruption(&inner.dir, 0, detail));
+        }
     }
     let moved: Vec<u64> = edit.value_live.iter().map(|&(n, _)| n).collect();
     log_merge(inner, edit, !trivial)?;
@@ -59,18 +65,27 @@ pub(super) fn compact(inner: &Inner, v: &Version, c: Compaction, moving: Moving)
 /// trivial move, whose table is the input's) — are deleted, as after a
 /// failed merge, and the compaction is retried later.
 pub(super) fn log_merge(inner: &Inner, edit: Edit, merged: bool) -> Result<()> {
-    let tables: Vec<u64> = edit.added.iter().map(|t| t.number).collect();
-    let values: Vec<u64> = edit.value_live.iter().map(|&(n, _)| n).collect();
+    let outputs = Edit {
+        added: edit.added.clone(),
+        value_live: edit.value_live.clone(),
+        ..Edit::default()
+    };
     inner.log_and_apply(edit, |_| {}).inspect_err(|e| {
         if merged && inner.manifest_refused(e) {
-            for n in &tables {
-                let _ = inner.fs.remove(&files::table(&inner.dir, *n));
-            }
-            for n in &values {
-                let _ = inner.fs.remove(&files::values(&inner.dir, *n));
-            }
+            remove_outputs(inner, &outputs);
         }
     })
+}
+
+/// Deletes the tables `edit` adds and the values files it moves values
+/// to: the files a merge wrote that no version will name.
+fn remove_outputs(inner: &Inner, edit: &Edit) {
+    for t in &edit.added {
+        let _ = inner.fs.remove(&files::table(&inner.dir, t.number));
+    }
+    for &(n, _) in &edit.value_live {
+        let _ = inner.fs.remove(&files::values(&inner.dir, n));
+    }
 }
 
 /// True if no level below `out_level` may hold `user_key` of `keyspace`.

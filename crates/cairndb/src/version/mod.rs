@@ -478,6 +478,37 @@ impl Version {
         per.into_values().max().unwrap_or(0)
     }
 
+    /// Whether the value bytes an edit built from table contents counts
+    /// dead (`dead`, per segment, beside the bytes it makes live, `live`)
+    /// fit this version: each segment is held, with at least that many
+    /// live bytes. Tables whose checksums pass can still point into
+    /// segments the manifest does not hold, or more bytes than it counts
+    /// (a damaged or foreign image): then `Err` names the segment, and the
+    /// caller reports `Corruption` instead of logging an edit that
+    /// `apply` would refuse.
+    pub fn check_value_dead(&self, dead: &[(u64, u64)], live: &[(u64, u64)]) -> Result<(), String> {
+        for &(number, bytes) in dead {
+            let added: u64 = live
+                .iter()
+                .filter(|(n, _)| *n == number)
+                .map(|(_, b)| b)
+                .sum();
+            let held = self.segments.get(&number).map(|s| s.live);
+            if held.is_none() && added == 0 {
+                return Err(format!(
+                    "tables point to {bytes} bytes of segment {number}, which holds none"
+                ));
+            }
+            let holds = held.unwrap_or(0).saturating_add(added);
+            if holds < bytes {
+                return Err(format!(
+                    "tables point to {bytes} bytes of segment {number}, which holds {holds}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The tables of keyspaces that were dropped, with their levels: what
     /// the compaction thread removes.
     pub fn dropped_tables(&self) -> Vec<(usize, sync::Arc<TableFile>)> {
@@ -669,5 +700,46 @@ mod loom_model {
             drop(state);
             assert_eq!(*deleted.lock(), [2], "a live table is never deleted");
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dead value bytes that the version cannot account for are refused
+    /// before an edit is built from them: a segment it does not hold,
+    /// more bytes than a segment holds; bytes the same edit makes live
+    /// count.
+    #[test]
+    fn value_dead_that_the_version_does_not_hold_is_refused() {
+        let reaper = Arc::new(Reaper::new(
+            Arc::new(crate::io::MemFs::new()),
+            PathBuf::from("/v"),
+            0,
+            Box::new(|_| {}),
+        ));
+        let edit = Edit {
+            value_live: vec![(7, 100)],
+            ..Edit::default()
+        };
+        let (v, _) = Version::default().apply(&edit, &reaper).expect("apply");
+        assert_eq!(v.check_value_dead(&[(7, 100)], &[]), Ok(()));
+        assert!(v.check_value_dead(&[(7, 101)], &[]).is_err());
+        assert!(v.check_value_dead(&[(8, 1)], &[]).is_err());
+        assert!(v.check_value_dead(&[(8, 0)], &[]).is_err());
+        assert_eq!(v.check_value_dead(&[(7, 150)], &[(7, 50)]), Ok(()));
+        assert_eq!(v.check_value_dead(&[(9, 5)], &[(9, 5)]), Ok(()));
+        // What it accepts, `apply` accepts.
+        let dead = Edit {
+            value_dead: vec![(7, 100)],
+            ..Edit::default()
+        };
+        assert!(v.apply(&dead, &reaper).is_ok());
+        let beyond = Edit {
+            value_dead: vec![(7, 101)],
+            ..Edit::default()
+        };
+        assert!(v.apply(&beyond, &reaper).is_err());
     }
 }
