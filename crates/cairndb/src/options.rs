@@ -123,7 +123,15 @@ pub struct Options {
     pub open_tables_max: usize,
     /// Target uncompressed size of a table data block.
     pub block_bytes: usize,
-    /// Keys between restart points in a data block (1..=64).
+    /// Keys between restart points in a data block (1..=64; default 4).
+    /// A point lookup binary-searches a block's restart points and then
+    /// decodes entries one by one up to its key, so a shorter interval
+    /// means fewer entries decoded per lookup, at the cost of whole keys
+    /// stored more often (prefix compression applies within an interval).
+    /// With 16-byte random keys, 4 rather than 16 costs 0.8 % more table
+    /// bytes and saves a quarter of a cached point lookup's instructions
+    /// (about 7 % of its time); scans cost the same. Tables written with
+    /// any interval read the same.
     pub block_restart_interval: usize,
     /// Build a filter per table (BinaryFuse8; docs/filters.md).
     pub filter: bool,
@@ -406,7 +414,7 @@ impl Options {
             block_cache_bytes: bytes / 4,
             open_tables_max: 1000,
             block_bytes: 4096,
-            block_restart_interval: 16,
+            block_restart_interval: 4,
             filter: true,
             filter_bits: 8,
             compression: Compression::None,

@@ -95,7 +95,7 @@ impl Default for TableOptions {
     fn default() -> Self {
         TableOptions {
             block_size: 4096,
-            restart_interval: 16,
+            restart_interval: 4,
             filter: true,
             filter_bits: 8,
             compression: Compression::None,
