@@ -149,11 +149,15 @@ fn run(seed: u64, case: usize, ops: usize) {
                 let mut it = db.range((lo, hi));
                 let (mut front, mut back) = (Vec::new(), Vec::new());
                 loop {
-                    let from_front = rng.random_bool(0.5);
-                    let x = if from_front {
-                        it.next()
-                    } else {
-                        it.next_back()
+                    // The front both owned (`next`) and lent (`next_ref`).
+                    let step = rng.random_range(0..4);
+                    let from_front = step < 2;
+                    let x = match step {
+                        0 => it.next(),
+                        1 => it
+                            .next_ref()
+                            .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+                        _ => it.next_back(),
                     };
                     match x {
                         None => break,
