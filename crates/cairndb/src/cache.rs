@@ -5,20 +5,29 @@
 //! trailer checksum matched and whose restart array validated are inserted,
 //! so a hit skips both the read and the checksum.
 //!
-//! Invariants: the resident weight stays at or below the capacity given to
-//! [`BlockCache::new`] (a block larger than a shard's share is simply not
-//! kept). Table ids are file numbers, never reused, so an entry can never
-//! be confused with a block of a different file; entries of deleted tables
-//! age out.
+//! Capacity: its own bytes (`Options::block_cache_bytes`, given to
+//! [`BlockCache::new`]) plus what the database lends it
+//! ([`BlockCache::lend`]): the room of the memtables that are not sealed,
+//! which would otherwise sit unused until writes fill them. A seal takes
+//! its room back (the cache evicts down to the new capacity), a flush
+//! returns it; so memtables and cache together stay within what the
+//! options allow them (`Options::with_memory_budget`).
+//!
+//! Invariants: the resident weight stays at or below the capacity (a
+//! block larger than a shard's share is simply not kept). Table ids are
+//! file numbers, never reused, so an entry can never be confused with a
+//! block of a different file; entries of deleted tables age out.
 //!
 //! Sharing: `BlockCache` is `Send + Sync` and meant to sit behind an `Arc`
 //! shared by every open table. Capacity 0 disables it: lookups miss and
 //! inserts are dropped.
 
 use crate::format::block::Block;
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// Fixed per-entry cost added to the block length, for the key, the Arc
 /// header and the cache's own bookkeeping.
@@ -33,29 +42,54 @@ impl Weighter<(u64, u64), Block> for BlockWeighter {
     }
 }
 
+/// Counter slots the hit and miss counts are spread over, so that
+/// readers on different cores do not write the same cache line on every
+/// lookup (one shared counter pair was a line bounced between the cores
+/// at every block a reader touched).
+const COUNTER_SLOTS: usize = 16;
+
+/// Hits and misses counted by the threads of one slot.
+#[derive(Default)]
+struct Counts {
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+/// The counter slot of the calling thread: threads take slots in turn.
+fn counter_slot() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SLOT: usize = NEXT.fetch_add(1, Relaxed) % COUNTER_SLOTS;
+    }
+    SLOT.with(|s| *s)
+}
+
 /// A byte-bounded cache of table blocks.
 pub struct BlockCache {
     inner: Option<Cache<(u64, u64), Block, BlockWeighter>>,
-    capacity: u64,
-    hits: AtomicU64,
-    misses: AtomicU64,
+    /// Capacity of its own.
+    base: u64,
+    /// Bytes lent on top of `base`; the lock orders concurrent lenders.
+    lent: Mutex<u64>,
+    counts: Box<[CachePadded<Counts>]>,
 }
 
 impl std::fmt::Debug for BlockCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BlockCache")
-            .field("capacity", &self.capacity)
+            .field("capacity", &self.capacity())
             .field("weight", &self.weight())
             .finish()
     }
 }
 
 impl BlockCache {
-    /// A cache holding up to `capacity_bytes` of blocks; 0 disables it.
+    /// A cache holding up to `capacity_bytes` of blocks, and what is lent
+    /// to it; 0 disables it (nothing can be lent then).
     pub fn new(capacity_bytes: u64) -> Self {
         let inner = (capacity_bytes > 0).then(|| {
-            // quick_cache sizes its tables from an item estimate; assume
-            // typical 4 KiB blocks.
+            // quick_cache sizes its tables from an item estimate (they
+            // grow past it if lent more); assume typical 4 KiB blocks.
             let items = usize::try_from(capacity_bytes / 4096)
                 .unwrap_or(usize::MAX)
                 .max(16);
@@ -63,19 +97,37 @@ impl BlockCache {
         });
         BlockCache {
             inner,
-            capacity: capacity_bytes,
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
+            base: capacity_bytes,
+            lent: Mutex::new(0),
+            counts: (0..COUNTER_SLOTS).map(|_| CachePadded::default()).collect(),
         }
+    }
+
+    /// Sets the bytes lent to the cache on top of its own to what `room`
+    /// says (called with the lender's lock held, so that of concurrent
+    /// lenders the last to lock reads the newest state). Lending less
+    /// evicts blocks down to the new capacity at once.
+    pub fn lend(&self, room: impl FnOnce() -> u64) {
+        let Some(cache) = &self.inner else {
+            return;
+        };
+        let mut lent = self.lent.lock();
+        let bytes = room();
+        if bytes != *lent {
+            *lent = bytes;
+            cache.set_capacity(self.base.saturating_add(bytes));
+        }
+        debug_assert_eq!(cache.capacity(), self.base.saturating_add(*lent));
     }
 
     /// The block of table `table_id` at `offset`, if cached.
     pub fn get(&self, table_id: u64, offset: u64) -> Option<Block> {
         let found = self.inner.as_ref()?.get(&(table_id, offset));
+        let counts = &self.counts[counter_slot()];
         let counter = if found.is_some() {
-            &self.hits
+            &counts.hits
         } else {
-            &self.misses
+            &counts.misses
         };
         counter.fetch_add(1, Relaxed);
         found
@@ -96,9 +148,12 @@ impl BlockCache {
         }
     }
 
-    /// Configured capacity in bytes (0: disabled).
+    /// Capacity in bytes now: its own and what is lent (0: disabled).
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        match &self.inner {
+            Some(_) => self.base.saturating_add(*self.lent.lock()),
+            None => 0,
+        }
     }
 
     /// Bytes currently held (block lengths plus per-entry overhead).
@@ -117,12 +172,12 @@ impl BlockCache {
 
     /// Lookups that found a block.
     pub fn hits(&self) -> u64 {
-        self.hits.load(Relaxed)
+        self.counts.iter().map(|c| c.hits.load(Relaxed)).sum()
     }
 
     /// Lookups that missed (not counted when disabled).
     pub fn misses(&self) -> u64 {
-        self.misses.load(Relaxed)
+        self.counts.iter().map(|c| c.misses.load(Relaxed)).sum()
     }
 }
 
@@ -156,11 +211,51 @@ mod tests {
     }
 
     #[test]
+    fn lent_room_is_used_and_taken_back() {
+        let c = BlockCache::new(64 * 1024);
+        c.lend(|| 192 * 1024);
+        assert_eq!(c.capacity(), 256 * 1024);
+        for i in 0..200u64 {
+            c.insert(3, i * 4096, block(i as u8, 4000));
+        }
+        let full = c.weight();
+        assert!(full > 64 * 1024, "the lent room holds blocks: {full}");
+        assert!(full <= 256 * 1024, "weight {full}");
+        c.lend(|| 0);
+        assert_eq!(c.capacity(), 64 * 1024);
+        assert!(
+            c.weight() <= 64 * 1024,
+            "taking the room back evicts: {}",
+            c.weight()
+        );
+        assert!(!c.is_empty(), "blocks within the capacity stay");
+    }
+
+    #[test]
+    fn counts_from_many_threads_add_up() {
+        let c = BlockCache::new(64 * 1024);
+        c.insert(1, 0, block(1, 100));
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..1000 {
+                        assert!(c.get(1, 0).is_some());
+                        assert!(c.get(1, 4096).is_none());
+                    }
+                });
+            }
+        });
+        assert_eq!((c.hits(), c.misses()), (4000, 4000));
+    }
+
+    #[test]
     fn cache_disabled() {
         let c = BlockCache::new(0);
         c.insert(1, 0, block(1, 10));
         assert!(c.get(1, 0).is_none());
         assert!(c.is_empty());
         assert_eq!(c.weight(), 0);
+        c.lend(|| 1 << 20);
+        assert_eq!(c.capacity(), 0, "a disabled cache takes no loan");
     }
 }

@@ -377,6 +377,7 @@ impl Db {
             open_tables,
             table_memory_bytes,
             block_cache_bytes: inner.blocks.as_ref().map_or(0, |b| b.weight()),
+            block_cache_capacity: inner.blocks.as_ref().map_or(0, |b| b.capacity()),
             block_cache_hits: inner.blocks.as_ref().map_or(0, |b| b.hits()),
             block_cache_misses: inner.blocks.as_ref().map_or(0, |b| b.misses()),
             user_bytes_written: inner.counters.user_bytes.load(Ordering::Relaxed),
@@ -491,6 +492,10 @@ pub struct Stats {
     pub table_memory_bytes: usize,
     /// Bytes of blocks in the block cache.
     pub block_cache_bytes: u64,
+    /// Bytes the block cache may hold now: `Options::block_cache_bytes`
+    /// and the memtable room lent to it
+    /// (`Options::block_cache_borrows_memtable_room`).
+    pub block_cache_capacity: u64,
     /// Block cache lookups since open that found their block, and those
     /// that read it from its table (see [`Stats::block_cache_hit_rate`]).
     pub block_cache_hits: u64,

@@ -13,7 +13,10 @@
 //! 4. `manifest` — serializes version changes (log, then install).
 //! 5. `bg` — background status and the condvar writers stall on; the
 //!    background threads check `state` while holding it.
-//! 6. `state` (RwLock) — the current memtables and version; held briefly,
+//! 6. the block cache's lending lock (`BlockCache::lend`, from
+//!    [`Inner::lend_memtable_room`]) — reads the sealed count from `state`
+//!    under it.
+//! 7. `state` (RwLock) — the current memtables and version; held briefly,
 //!    and nothing else is taken while it is held.
 //!
 //! `last_seqno` is published by the leader after the memtable insert, so a
@@ -212,7 +215,7 @@ impl Inner {
             share: share.clone(),
             closed: closing.clone(),
         });
-        Inner {
+        let inner = Inner {
             dir: o.dir,
             db_id: o.db_id,
             fs: o.opts.fs.clone(),
@@ -249,7 +252,27 @@ impl Inner {
             l0_new_keys: std::sync::atomic::AtomicBool::new(false),
             to_warm: Mutex::new(Vec::new()),
             opts: o.opts,
+        };
+        inner.lend_memtable_room();
+        inner
+    }
+
+    /// Lends the block cache the room of the memtables not sealed now
+    /// (`Options::block_cache_borrows_memtable_room`); called whenever a
+    /// memtable is sealed or a sealed one flushed. Must not be called with
+    /// `state` locked: the cache reads it under its own lock.
+    pub fn lend_memtable_room(&self) {
+        let Some(blocks) = &self.blocks else {
+            return;
+        };
+        if !self.opts.block_cache_borrows_memtable_room {
+            return;
         }
+        blocks.lend(|| {
+            let sealed = self.state.read().sealed.len();
+            let free = self.opts.memtables_sealed_max.saturating_sub(sealed);
+            (self.opts.memtable_bytes as u64).saturating_mul(free as u64)
+        });
     }
 
     pub fn view(&self) -> ReadView {

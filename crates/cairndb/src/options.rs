@@ -119,6 +119,17 @@ pub struct Options {
     pub memtables_sealed_max: usize,
     /// Bytes of decoded table blocks cached in memory (0 disables).
     pub block_cache_bytes: usize,
+    /// The block cache also holds blocks in the room of the memtables
+    /// that are not sealed: `memtable_bytes` for each of the
+    /// `memtables_sealed_max` not sealed now (default true). A seal takes
+    /// its room back, evicting blocks, and its flush returns it. So the
+    /// cache holds `block_cache_bytes` at least, and memtables and cache
+    /// together never more than `memtable_bytes × (1 +
+    /// memtables_sealed_max) + block_cache_bytes`, the bound
+    /// [`Options::with_memory_budget`] keeps; a database that is read
+    /// more than written gets most of that bound as cache. False: the
+    /// cache holds `block_cache_bytes` and no more.
+    pub block_cache_borrows_memtable_room: bool,
     /// Table files kept open at once (handles are opened lazily).
     pub open_tables_max: usize,
     /// Target uncompressed size of a table data block.
@@ -400,8 +411,11 @@ impl Options {
     /// Options whose memtables and block cache together stay within
     /// `bytes`: a quarter per memtable (one active, up to two sealed would
     /// be three quarters at worst, which is why the cache gets the
-    /// remaining quarter). Table indexes and filters are held by open
-    /// tables on top of this; `open_tables_max` bounds them.
+    /// remaining quarter of its own, and the two sealed memtables' room
+    /// while they are not sealed: three quarters while nothing waits
+    /// for a flush, `block_cache_borrows_memtable_room`). Table indexes
+    /// and filters are held by open tables on top of this;
+    /// `open_tables_max` bounds them.
     pub fn with_memory_budget(bytes: usize) -> Self {
         let memtable = (bytes / 4).max(64 << 10);
         Options {
@@ -412,6 +426,7 @@ impl Options {
             memtable_bytes: memtable,
             memtables_sealed_max: 2,
             block_cache_bytes: bytes / 4,
+            block_cache_borrows_memtable_room: true,
             open_tables_max: 1000,
             block_bytes: 4096,
             block_restart_interval: 4,

@@ -386,3 +386,72 @@ fn stats_count_bytes_written_and_block_cache_lookups() {
     let wa = after.lifetime_write_amplification().expect("written");
     assert!(wa > 1.0 && wa < 10.0, "lifetime write amplification {wa}");
 }
+
+/// The block cache holds blocks in the room of the memtables that are
+/// not sealed (`Options::block_cache_borrows_memtable_room`): more than
+/// its own bytes while nothing waits for a flush, its own bytes only
+/// when it may not borrow, and a sealed memtable takes its room back.
+#[test]
+fn the_block_cache_borrows_the_room_of_unsealed_memtables() {
+    const CACHE: u64 = 64 << 10;
+    const MEMTABLE: u64 = 64 << 10;
+    for borrow in [true, false] {
+        let fs = Probe::default();
+        let o = Options {
+            block_cache_bytes: CACHE as usize,
+            memtable_bytes: MEMTABLE as usize,
+            memtables_sealed_max: 2,
+            block_cache_borrows_memtable_room: borrow,
+            ..opts(&fs)
+        };
+        let db = Db::open("/db", o).expect("open");
+        let lent = if borrow { 2 * MEMTABLE } else { 0 };
+        assert_eq!(db.stats().block_cache_capacity, CACHE + lent);
+        // About 600 KiB of tables, read twice: more than the cache's own
+        // bytes, less than what it may hold when it borrows.
+        let n = 5_000u32;
+        for i in 0..n {
+            db.put(i.to_be_bytes(), [i as u8; 100]).expect("put");
+        }
+        db.flush().expect("flush");
+        db.compact().expect("compact");
+        for _ in 0..2 {
+            for i in 0..n {
+                let got = db.get(i.to_be_bytes()).expect("get");
+                assert_eq!(got.as_deref(), Some(&[i as u8; 100][..]));
+            }
+        }
+        let s = db.stats();
+        assert_eq!(
+            s.block_cache_capacity,
+            CACHE + lent,
+            "no memtable is sealed"
+        );
+        assert!(s.block_cache_bytes <= s.block_cache_capacity);
+        if borrow {
+            assert!(
+                s.block_cache_bytes > CACHE,
+                "the borrowed room holds blocks: {} bytes",
+                s.block_cache_bytes
+            );
+        }
+        // A flush that fails leaves its memtable sealed: it keeps its room.
+        fs.fail_tables.store(true, Ordering::SeqCst);
+        for i in 0..10_000u32 {
+            if db.put(i.to_be_bytes(), [9u8; 100]).is_err() {
+                break;
+            }
+        }
+        let s = db.stats();
+        assert!(s.sealed_memtables >= 1, "a memtable waits for its flush");
+        let free = 2u64.saturating_sub(s.sealed_memtables as u64);
+        let lent = if borrow { free * MEMTABLE } else { 0 };
+        assert_eq!(s.block_cache_capacity, CACHE + lent);
+        assert!(
+            s.block_cache_bytes <= s.block_cache_capacity,
+            "taking the room back evicted blocks: {} of {}",
+            s.block_cache_bytes,
+            s.block_cache_capacity
+        );
+    }
+}

@@ -233,7 +233,9 @@ pub struct Checkpointed {
 
 /// CairnDB variants, each an engine of its own in `--engines`:
 /// - `cairndb`: `Options::default()` (values of 1 KiB and more separated,
-///   value GC at a live ratio of 0.5);
+///   value GC at a live ratio of 0.5), but for a block cache of the
+///   budget alone (`block_cache_borrows_memtable_room` off in every
+///   variant but `cairndb-borrow`);
 /// - `cairndb-inline`: `value_separation_min = usize::MAX`, every value
 ///   inline in the tables (the control for key-value separation);
 /// - `cairndb-nogc`: `value_gc_live_ratio = 0.0`, the null free-space
@@ -266,7 +268,11 @@ pub struct Checkpointed {
 ///   holds copied out of memory maps of their files instead of read with
 ///   `pread` (what the option gains);
 /// - `cairndb-lz4`: `compression = Lz4` whatever `--compression` says, so
-///   that one run measures what LZ4 costs against `cairndb`.
+///   that one run measures what LZ4 costs against `cairndb`;
+/// - `cairndb-borrow`: `block_cache_borrows_memtable_room = true`, the
+///   engine's default, off in every other variant so that the block cache
+///   is the budget the peers' caches get: the cache also holds blocks in
+///   the room of memtables not sealed (what the default gains).
 pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb",
     "cairndb-inline",
@@ -281,6 +287,7 @@ pub const CAIRN_VARIANTS: &[&str] = &[
     "cairndb-nostreams",
     "cairndb-map",
     "cairndb-lz4",
+    "cairndb-borrow",
 ];
 
 /// Overrides the separation threshold of every CairnDB variant that
@@ -316,6 +323,10 @@ pub fn cairn_options(
 ) -> Option<cairndb::Options> {
     let mut opts = cairndb::Options {
         block_cache_bytes: cfg.cache_bytes,
+        // The cache is the budget every engine gets, no more: the
+        // engine's default lends it the room of unsealed memtables too,
+        // which the peers' caches do not get (`cairndb-borrow`).
+        block_cache_borrows_memtable_room: false,
         memtable_bytes: cfg.write_buffer_bytes,
         // Set whatever the engine's default, so that a run without
         // `--compression` stays uncompressed.
@@ -343,6 +354,7 @@ pub fn cairn_options(
         "cairndb-nostreams" => opts.value_partitions = 0,
         "cairndb-map" => opts.map_values = true,
         "cairndb-lz4" => opts.compression = cairndb::Compression::Lz4,
+        "cairndb-borrow" => opts.block_cache_borrows_memtable_room = true,
         _ => return None,
     }
     Some(opts)
@@ -704,6 +716,9 @@ mod tests {
         assert_eq!(plain.value_separation_min, def.value_separation_min);
         assert_eq!(plain.value_gc_live_ratio, def.value_gc_live_ratio);
         assert_eq!(plain.block_cache_bytes, cfg.cache_bytes);
+        assert!(!plain.block_cache_borrows_memtable_room);
+        assert!(def.block_cache_borrows_memtable_room);
+        assert!(opts("cairndb-borrow", None).block_cache_borrows_memtable_room);
         assert_eq!(plain.memtable_bytes, cfg.write_buffer_bytes);
         let inline = opts("cairndb-inline", None);
         assert_eq!(inline.value_separation_min, usize::MAX);

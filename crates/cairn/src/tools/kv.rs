@@ -218,6 +218,7 @@ pub fn stats(a: DbArgs) -> ToolResult {
             "block_cache_misses": s.block_cache_misses,
             "block_cache_hit_rate": s.block_cache_hit_rate(),
             "block_cache_bytes": s.block_cache_bytes,
+            "block_cache_capacity": s.block_cache_capacity,
             "open_tables": s.open_tables,
             "table_memory_bytes": s.table_memory_bytes,
             "write_error": s.write_error,

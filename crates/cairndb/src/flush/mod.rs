@@ -261,6 +261,7 @@ fn flush_oldest(inner: &Inner) -> Result<()> {
             }
         })?;
     inner.counters.flushes.fetch_add(1, Ordering::Relaxed);
+    inner.lend_memtable_room();
     // The journal is below the floor now: unless tables point into it, it
     // goes when the last reader of the memtable does.
     // So do its value streams (no later memtable points into them).

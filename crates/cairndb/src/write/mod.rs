@@ -778,6 +778,8 @@ impl Inner {
             sealed
         };
         drop(journal);
+        // The new memtable fills in the room the sealed one lent the cache.
+        self.lend_memtable_room();
         // `warm_written_values`: the journal just sealed is read into the
         // page cache once writes pause.
         if !sealed.is_empty() {
