@@ -340,6 +340,7 @@ fn close_ends_leftover_snapshots_iterators_and_transactions() {
         "snapshot iter",
     );
     closed(it.next().expect("an item").map(drop), "iterator next");
+    assert!(it.next().is_none(), "an iterator yields its error once");
     closed(txn.get(b"k00003").map(drop), "transaction get");
     closed(clone.get(b"k00004").map(drop), "get through a clone");
 

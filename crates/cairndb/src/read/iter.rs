@@ -609,6 +609,8 @@ impl Iter {
             return None;
         }
         if let Err(e) = self.view.check_open() {
+            // As from the queue: the error once, then the end.
+            self.done = true;
             return Some(Err(e));
         }
         let kind = match self.advance_front() {
