@@ -120,8 +120,8 @@ pub struct Options {
     /// Bytes of decoded table blocks cached in memory (0 disables).
     pub block_cache_bytes: usize,
     /// The block cache also holds blocks in the room of the memtables
-    /// that are not sealed: `memtable_bytes` for each of the
-    /// `memtables_sealed_max` not sealed now (default true). A seal takes
+    /// that are not sealed (default true): `memtable_bytes` for each of
+    /// the `memtables_sealed_max` not sealed now. A seal takes
     /// its room back, evicting blocks, and its flush returns it. So the
     /// cache holds `block_cache_bytes` at least, and memtables and cache
     /// together never more than `memtable_bytes × (1 +
