@@ -28,6 +28,11 @@ pub const FREE_JOURNALS_MAX: usize = 2;
 /// the device probe here reaches its sequential-write limit with requests
 /// of 256 KiB to 4 MiB.
 pub const JOURNAL_CHUNK_BYTES: usize = 1 << 20;
+/// Bytes of the staging ring of one value stream (`Options::journal_direct`
+/// with value partitions): two direct-write chunks, so appends go on into
+/// one while the other is written. A journal's streams take this each
+/// (32 partitions: 64 MiB of rings, reused journal after journal).
+pub const STREAM_RING_BYTES: usize = 2 * JOURNAL_CHUNK_BYTES;
 /// Bytes of one chunk a long scan reads through the shared-scan map
 /// (`Stats::scan_chunk_reads` counts them; docs/architecture.md §Shared
 /// scans): a multiple of the direct-IO alignment, and 4 MiB, the request

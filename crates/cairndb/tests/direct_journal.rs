@@ -53,8 +53,8 @@ fn check(db: &Db, n: usize, round: usize) {
     }
 }
 
-/// Copies the files of `from` to `to`, the staging ring first (its
-/// `flushed` must not run ahead of the journal copy), without LOCK.
+/// Copies the files of `from` to `to`, the staging rings first (a ring's
+/// `flushed` must not run ahead of the copy of its file), without LOCK.
 fn copy_dir(from: &Path, to: &Path, with_stage: bool) {
     std::fs::create_dir_all(to).expect("direct journal test");
     let mut names: Vec<String> = std::fs::read_dir(from)
@@ -65,9 +65,10 @@ fn copy_dir(from: &Path, to: &Path, with_stage: bool) {
                 .into_string()
                 .expect("direct journal test")
         })
-        .filter(|n| n != "LOCK" && (with_stage || n != "STAGE"))
+        .filter(|n| n != "LOCK" && (with_stage || !n.starts_with("STAGE")))
         .collect();
-    names.sort_by_key(|n| n != "STAGE");
+    // The journal's ring (`STAGE`) and the value streams' (`STAGE-NNN`).
+    names.sort_by_key(|n| !n.starts_with("STAGE"));
     for n in names {
         std::fs::copy(from.join(&n), to.join(&n)).expect("direct journal test");
     }
@@ -306,5 +307,49 @@ fn check_range(db: &Db, keys: std::ops::Range<usize>) {
     for i in keys {
         let got = db.get(key(i)).expect("direct journal test");
         assert!(got.as_deref() == Some(&value(i, 0)[..]), "key {i}");
+    }
+}
+
+/// With value streams (the default), each stream is written through a
+/// ring slot of its own (`STAGE-NNN`): an unsynced value appended after
+/// its stream's last direct write survives a kill in the ring, and is
+/// lost without it while the journal's ring alone is kept.
+#[test]
+fn unsynced_values_survive_a_kill_through_their_streams_ring() {
+    let dir = tempfile::tempdir().expect("direct journal test");
+    // 1,200 values of 4 KiB into the first journal's one stream: its file
+    // holds the whole MiB chunks, the ring the rest; the journal (small
+    // pointer records) is in its own ring.
+    let n = 1200;
+    let db = Db::open(dir.path(), opts(64 << 20)).expect("direct journal test");
+    for i in 0..n {
+        put(&db, i, 3, false);
+    }
+    assert!(dir.path().join("STAGE-000").exists(), "a stream ring slot");
+    let killed = tempfile::tempdir().expect("direct journal test");
+    copy_dir(dir.path(), killed.path(), true);
+    let journal_ring_only = tempfile::tempdir().expect("direct journal test");
+    copy_dir(dir.path(), journal_ring_only.path(), true);
+    for e in std::fs::read_dir(journal_ring_only.path()).expect("direct journal test") {
+        let name = e.expect("direct journal test").file_name();
+        if name.to_string_lossy().starts_with("STAGE-") {
+            std::fs::remove_file(journal_ring_only.path().join(name)).expect("direct journal test");
+        }
+    }
+    drop(db);
+
+    let db = Db::open(killed.path(), opts(64 << 20)).expect("direct journal test");
+    check(&db, n, 3);
+    drop(db);
+    let db = Db::open(journal_ring_only.path(), opts(64 << 20)).expect("direct journal test");
+    let missing = (0..n)
+        .filter(|&i| db.get(key(i)).expect("direct journal test").is_none())
+        .count();
+    assert!(missing > 0, "every value was in its stream's file already");
+    for i in 0..n - missing {
+        assert_eq!(
+            db.get(key(i)).expect("direct journal test"),
+            Some(value(i, 3))
+        );
     }
 }

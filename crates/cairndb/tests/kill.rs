@@ -74,19 +74,46 @@ const CHILD_LIFETIME_MAX: Duration = Duration::from_secs(120);
 /// checksum (8).
 const VALUE_OVERHEAD: usize = 20;
 
-/// Set (to anything) for a child writing with `Options::journal_direct`.
+/// Set for a child writing with `Options::journal_direct`, to the name
+/// of its `Mode`.
 const ENV_DIRECT: &str = "CAIRNDB_KILL_CHILD_DIRECT";
 
-/// `direct`: the journal written with direct IO through the staging ring
+/// How the child writes (`options`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// The buffered journal with value streams.
+    Buffered,
+    /// The direct journal holding every value.
+    Direct,
+    /// The direct journal with value streams, each staged through a ring
+    /// slot of its own.
+    DirectStreams,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Buffered => "buffered",
+            Mode::Direct => "direct",
+            Mode::DirectStreams => "direct-streams",
+        }
+    }
+}
+
+/// `Direct`: the journal written with direct IO through the staging ring
 /// (2 MiB, so it wraps often), and memtables of 256 KiB so journals grow
-/// past whole chunks before they are sealed. Without it, the buffered
+/// past whole chunks before they are sealed. `Buffered`: the buffered
 /// journal with value streams (unsynced large values appended by key
 /// range to stream files, the journal holding pointers to them).
-fn options(direct: bool) -> Options {
+/// `DirectStreams`: both, each stream written with direct IO through a
+/// ring of its own (2 MiB), its values recovered from the ring where its
+/// file lacks them.
+fn options(mode: Mode) -> Options {
+    let direct = mode != Mode::Buffered;
     Options {
         memtable_bytes: if direct { 256 << 10 } else { 48 << 10 },
         journal_direct: direct,
-        value_partitions: if direct { 0 } else { 4 },
+        value_partitions: if mode == Mode::Direct { 0 } else { 4 },
         journal_ring_bytes: 2 << 20,
         table_bytes: 64 << 10,
         level1_bytes: 256 << 10,
@@ -221,13 +248,18 @@ fn kill_child_writer() {
     let seed = env_u64(ENV_SEED).expect("child seed");
     let first = env_u64(ENV_FIRST).expect("child first batch id");
     let started = Instant::now();
-    let direct = std::env::var_os(ENV_DIRECT).is_some();
+    let mode = match std::env::var(ENV_DIRECT).as_deref() {
+        Ok("direct") => Mode::Direct,
+        Ok("direct-streams") => Mode::DirectStreams,
+        Ok(other) => panic!("{ENV_DIRECT}={other:?} names no mode"),
+        Err(_) => Mode::Buffered,
+    };
     // The parent closed its handle on `dir` before starting this child,
     // but a sibling child the other kill loop forked at that moment holds
     // a copy of its descriptors (and so of the directory lock) until it
     // execs: a lock refused for that moment is waited out.
     let db = loop {
-        match Db::open(&dir, options(direct)) {
+        match Db::open(&dir, options(mode)) {
             Err(cairndb::Error::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::WouldBlock
                     && started.elapsed() < Duration::from_secs(5) =>
@@ -355,12 +387,12 @@ fn run_child(
     first: u64,
     delay: Duration,
     iter: usize,
-    direct: bool,
+    mode: Mode,
 ) -> ChildRun {
     let exe = std::env::current_exe().expect("current_exe");
     let mut command = Command::new(&exe);
-    if direct {
-        command.env(ENV_DIRECT, "1");
+    if mode != Mode::Buffered {
+        command.env(ENV_DIRECT, mode.name());
     }
     let mut child = command
         .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
@@ -419,7 +451,7 @@ fn percentile(sorted: &[Duration], p: usize) -> f64 {
 
 #[test]
 fn kill_9_loses_no_acknowledged_write() {
-    kill_loop(false);
+    kill_loop(Mode::Buffered);
 }
 
 /// The same with the journal written by direct IO through the staging
@@ -427,10 +459,17 @@ fn kill_9_loses_no_acknowledged_write() {
 /// only in the ring must be recovered from it.
 #[test]
 fn kill_9_loses_no_acknowledged_write_direct_journal() {
-    kill_loop(true);
+    kill_loop(Mode::Direct);
 }
 
-fn kill_loop(direct: bool) {
+/// The same with the value streams staged too: an unsynced value
+/// acknowledged while only in its stream's ring must be recovered from it.
+#[test]
+fn kill_9_loses_no_acknowledged_write_staged_streams() {
+    kill_loop(Mode::DirectStreams);
+}
+
+fn kill_loop(mode: Mode) {
     let iters = env_u64("CAIRNDB_KILL_ITERS").unwrap_or(100) as usize;
     let seed = env_u64("CAIRNDB_KILL_SEED").unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
@@ -439,8 +478,9 @@ fn kill_loop(direct: bool) {
         splitmix(t.as_nanos() as u64)
     });
     println!(
-        "kill test (direct journal: {direct}): {iters} kills, seed {seed} \
-         (CAIRNDB_KILL_SEED, CAIRNDB_KILL_ITERS)"
+        "kill test ({}): {iters} kills, seed {seed} \
+         (CAIRNDB_KILL_SEED, CAIRNDB_KILL_ITERS)",
+        mode.name()
     );
     let mut rng = StdRng::seed_from_u64(seed);
     let mut tmp: Option<tempfile::TempDir> = None;
@@ -460,7 +500,7 @@ fn kill_loop(direct: bool) {
         }
         let dir = tmp.as_ref().expect("tempdir").path().to_path_buf();
         let delay = Duration::from_millis(rng.random_range(5..=500));
-        let run = run_child(&dir, seed, next, delay, iter, direct);
+        let run = run_child(&dir, seed, next, delay, iter, mode);
         // The model after every acknowledged batch, and after the one in flight.
         let last = run.acks.last().copied().unwrap_or(next - 1);
         for id in next..=last {
@@ -472,7 +512,7 @@ fn kill_loop(direct: bool) {
         apply(&mut after, &batch(seed, last + 1));
 
         let t = Instant::now();
-        let db = match Db::open(&dir, options(direct)) {
+        let db = match Db::open(&dir, options(mode)) {
             Ok(db) => db,
             Err(e) => {
                 violations.push(format!(

@@ -356,6 +356,7 @@ impl Listing {
                 FileKind::Values(n) | FileKind::Stream(n) => !version.segments.contains_key(n),
                 FileKind::Temp => true,
                 FileKind::Stage => !opts.journal_direct,
+                FileKind::StreamStage(_) => reaper.stream_stages.is_none(),
                 _ => false,
             };
             let held = match kind {
@@ -409,6 +410,8 @@ pub(crate) fn caches(
         stage: opts
             .journal_direct
             .then(|| (files::stage(dir), opts.journal_ring_bytes)),
+        stream_stages: (opts.journal_direct && opts.value_partitions > 0)
+            .then(crate::version::streams::StageSlots::default),
         ..Reaper::new(
             opts.fs.clone(),
             dir.to_path_buf(),
@@ -1156,6 +1159,20 @@ pub(crate) struct StreamFiles {
     /// Each stream synced and opened past the page cache
     /// (`Fs::open_device`), once: `None` where it cannot be.
     device: std::collections::HashMap<u64, Option<Arc<dyn crate::io::FileRead>>>,
+    /// The value streams' staging ring slots by the stream each holds the
+    /// newest bytes of (`StageRing`), listed on the first value a stream
+    /// file lacks.
+    rings: Option<std::collections::HashMap<u64, StageRing>>,
+}
+
+/// A value streams' staging ring slot (`files::stream_stage`, format.md
+/// §Stage ring): the stream its header names holds every byte below
+/// `header.flushed` in its file, and the ring the bytes from there on, up
+/// to a ring's length. After kill -9 an unsynced value appended after the
+/// stream's last direct write is there only.
+struct StageRing {
+    file: Arc<dyn crate::io::FileRead>,
+    header: stage_format::Header,
 }
 
 /// Why a record's values could not be taken from their streams.
@@ -1187,6 +1204,48 @@ impl StreamFiles {
             slot.insert(file);
         }
         Ok(self.open.get(&number).and_then(Option::as_ref))
+    }
+
+    /// Fills `value` with the bytes `ptr` names from the staging ring slot
+    /// that holds its stream's newest bytes; true if they are there and
+    /// match the pointer. Ring bytes past what was appended are older
+    /// bytes (of this stream or of one before it): the pointer's checksum
+    /// tells them apart, as a record's does in the journal's ring.
+    fn read_ring(
+        &mut self,
+        fs: &dyn Fs,
+        dir: &Path,
+        ptr: &ValuePtr,
+        value: &mut [u8],
+    ) -> std::result::Result<bool, StreamMiss> {
+        if self.rings.is_none() {
+            self.rings = Some(stage_rings(fs, dir).map_err(StreamMiss::Io)?);
+        }
+        let Some(ring) = self.rings.as_ref().and_then(|r| r.get(&ptr.segment)) else {
+            return Ok(false);
+        };
+        let h = ring.header;
+        let (from, len) = (ptr.offset, value.len() as u64);
+        if from < h.flushed || from + len > h.flushed + h.ring {
+            return Ok(false);
+        }
+        // Up to the ring's end, then from its start.
+        let at = from % h.ring;
+        let first = len.min(h.ring - at) as usize;
+        let base = stage_format::HEADER_LEN as u64;
+        let (head, rest) = value.split_at_mut(first);
+        let read = ring
+            .file
+            .read_exact_at(head, base + at)
+            .and_then(|()| ring.file.read_exact_at(rest, base));
+        match read {
+            Ok(()) => Ok(ptr.matches(value)),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+            Err(e) => Err(StreamMiss::Io(Error::io(
+                format!("reading the staging ring of value stream {}", ptr.segment),
+                e,
+            ))),
+        }
     }
 
     /// Every value stream `batch`'s pointer ops name exists.
@@ -1271,21 +1330,30 @@ impl StreamFiles {
                     ptr.len, ptr.offset, ptr.segment
                 ))
             };
-            let file = self.get(fs, dir, ptr.segment)?.ok_or_else(absent)?;
             let mut value = vec![0u8; ptr.len as usize];
-            // A value that does not match is read once more before it
-            // counts as absent (`io::read_checked`): taking a bit flipped
-            // on the way from the device for a torn tail would drop every
-            // later record of the journal.
-            io::read_checked(|| match file.read_exact_at(&mut value, ptr.offset) {
-                Ok(()) => Ok(if ptr.matches(&value) { Ok(()) } else { Err(()) }),
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(absent()),
-                Err(e) => {
-                    let what = format!("reading value stream {}", ptr.segment);
-                    Err(StreamMiss::Io(Error::io(what, e)))
+            let in_file = match self.get(fs, dir, ptr.segment)? {
+                // A value that does not match is read once more before it
+                // counts as absent (`io::read_checked`): taking a bit
+                // flipped on the way from the device for a torn tail would
+                // drop every later record of the journal.
+                Some(file) => {
+                    io::read_checked(|| match file.read_exact_at(&mut value, ptr.offset) {
+                        Ok(()) => Ok(if ptr.matches(&value) { Ok(()) } else { Err(()) }),
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(Err(())),
+                        Err(e) => {
+                            let what = format!("reading value stream {}", ptr.segment);
+                            Err(StreamMiss::Io(Error::io(what, e)))
+                        }
+                    })?
+                    .is_ok()
                 }
-            })?
-            .map_err(|()| absent())?;
+                None => false,
+            };
+            // Not in the file: appended after the stream's last direct
+            // write, it may be in the stream's staging ring.
+            if !in_file && !self.read_ring(fs, dir, &ptr, &mut value)? {
+                return Err(absent());
+            }
             // Stored bytes that match their pointer but do not decompress
             // are not a torn tail: damage no checksum caught, or a bug.
             let value = ptr.unpack(value).map_err(|detail| {
@@ -1301,6 +1369,32 @@ impl StreamFiles {
         batch_codec::set_seqno(&mut rep, batch.first_seqno);
         Ok(rep)
     }
+}
+
+/// The value streams' staging ring slots in `dir` whose header is intact,
+/// by the stream each names.
+fn stage_rings(fs: &dyn Fs, dir: &Path) -> Result<std::collections::HashMap<u64, StageRing>> {
+    let mut rings = std::collections::HashMap::new();
+    let names = fs
+        .list(dir)
+        .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    for name in names {
+        let files::FileKind::StreamStage(slot) = files::parse(&name) else {
+            continue;
+        };
+        let path = files::stream_stage(dir, slot);
+        let ctx = |e| Error::io(format!("reading {}", path.display()), e);
+        let file = fs.open(&path).map_err(ctx)?;
+        let mut head = [0u8; stage_format::HEADER_USED];
+        if file.len() < head.len() as u64 {
+            continue;
+        }
+        file.read_exact_at(&mut head, 0).map_err(ctx)?;
+        if let Some(header) = stage_format::decode_header(&head, file.len()) {
+            rings.insert(header.journal, StageRing { file, header });
+        }
+    }
+    Ok(rings)
 }
 
 /// The newest journal's bytes with the records only the staging ring

@@ -11,6 +11,7 @@
 //! | `NNNNNN.free`      | a journal file kept for reuse as a new journal |
 //! | `LOCK`             | held by the open handle                 |
 //! | `STAGE`            | the direct journal's staging ring       |
+//! | `STAGE-NNN`        | a staging ring slot of value streams    |
 //! | `*.tmp`            | a file being written; deleted on open   |
 //!
 //! All numbers come from one counter (`next_file` in the manifest).
@@ -38,6 +39,10 @@ pub fn stream(dir: &Path, n: u64) -> PathBuf {
 pub fn stage(dir: &Path) -> PathBuf {
     dir.join("STAGE")
 }
+/// Staging ring slot `slot` of the value streams (format.md §Stage ring).
+pub fn stream_stage(dir: &Path, slot: u64) -> PathBuf {
+    dir.join(format!("STAGE-{slot:03}"))
+}
 pub fn free(dir: &Path, n: u64) -> PathBuf {
     dir.join(format!("{n:06}.free"))
 }
@@ -55,6 +60,8 @@ pub enum FileKind {
     Temp,
     Lock,
     Stage,
+    /// A value streams' staging ring slot, by slot number.
+    StreamStage(u64),
     Other,
 }
 
@@ -67,6 +74,9 @@ pub fn parse(name: &str) -> FileKind {
     }
     if name == "STAGE" {
         return FileKind::Stage;
+    }
+    if let Some(n) = name.strip_prefix("STAGE-").and_then(|s| s.parse().ok()) {
+        return FileKind::StreamStage(n);
     }
     if name.ends_with(".tmp") {
         return FileKind::Temp;

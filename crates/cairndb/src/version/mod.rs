@@ -62,6 +62,9 @@ pub struct Reaper {
     /// The staging ring new journals are written through
     /// (`Options::journal_direct`), if any, and its size.
     pub stage: Option<(PathBuf, usize)>,
+    /// The staging ring slots new value streams are written through
+    /// (`Options::journal_direct`), if any.
+    pub stream_stages: Option<streams::StageSlots>,
     /// Set when the database is closed, before its lock is released:
     /// from then on another handle may own the directory, so files that
     /// become obsolete as leftover snapshots and iterators let go are
@@ -89,6 +92,7 @@ impl Reaper {
             free_max,
             recycled: std::sync::atomic::AtomicU64::new(0),
             stage: None,
+            stream_stages: None,
             closed: std::sync::atomic::AtomicBool::new(false),
             deferred: parking_lot::Mutex::new(Vec::new()),
         }

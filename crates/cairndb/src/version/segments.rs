@@ -90,10 +90,19 @@ impl SegmentFile {
     }
 
     /// The handle of value stream `number`, which this process has just
-    /// created (`version/streams.rs`).
-    pub fn new_stream(reaper: &Arc<Reaper>, number: u64) -> Arc<SegmentFile> {
+    /// created (`version/streams.rs`); `reader` as for `new_journal` (a
+    /// staged stream's newest bytes are in its ring).
+    pub fn new_stream(
+        reaper: &Arc<Reaper>,
+        number: u64,
+        reader: Option<Arc<dyn FileRead>>,
+    ) -> Arc<SegmentFile> {
         let segment = SegmentFile::get(reaper, number);
         let _ = segment.kind.set(SegmentKind::Stream);
+        if let Some(r) = reader {
+            r.advise_random();
+            let _ = segment.reader.set(r);
+        }
         segment
     }
 
