@@ -313,43 +313,67 @@ fn check_range(db: &Db, keys: std::ops::Range<usize>) {
 /// With value streams (the default), each stream is written through a
 /// ring slot of its own (`STAGE-NNN`): an unsynced value appended after
 /// its stream's last direct write survives a kill in the ring, and is
-/// lost without it while the journal's ring alone is kept.
+/// lost without it while the journal's ring alone is kept. Values of
+/// 20,000 bytes also straddle the point below which the stream's file
+/// holds every byte (a chunk's end): their head is in the file, their
+/// tail in the ring.
 #[test]
 fn unsynced_values_survive_a_kill_through_their_streams_ring() {
-    let dir = tempfile::tempdir().expect("direct journal test");
-    // 1,200 values of 4 KiB into the first journal's one stream: its file
-    // holds the whole MiB chunks, the ring the rest; the journal (small
-    // pointer records) is in its own ring.
-    let n = 1200;
-    let db = Db::open(dir.path(), opts(64 << 20)).expect("direct journal test");
-    for i in 0..n {
-        put(&db, i, 3, false);
-    }
-    assert!(dir.path().join("STAGE-000").exists(), "a stream ring slot");
-    let killed = tempfile::tempdir().expect("direct journal test");
-    copy_dir(dir.path(), killed.path(), true);
-    let journal_ring_only = tempfile::tempdir().expect("direct journal test");
-    copy_dir(dir.path(), journal_ring_only.path(), true);
-    for e in std::fs::read_dir(journal_ring_only.path()).expect("direct journal test") {
-        let name = e.expect("direct journal test").file_name();
-        if name.to_string_lossy().starts_with("STAGE-") {
-            std::fs::remove_file(journal_ring_only.path().join(name)).expect("direct journal test");
+    for len in [4096, 20_000] {
+        let stream_value = |i: usize| {
+            let mut v = value(i, 3);
+            v.resize(len, b'z');
+            v
+        };
+        let dir = tempfile::tempdir().expect("direct journal test");
+        // 4.8 MB of values into the first journal's one stream: its file
+        // holds the whole MiB chunks, the ring the rest; the journal
+        // (small pointer records) is in its own ring.
+        let n = 4_800_000 / len;
+        let db = Db::open(dir.path(), opts(64 << 20)).expect("direct journal test");
+        for i in 0..n {
+            db.put(key(i), stream_value(i))
+                .expect("direct journal test");
         }
-    }
-    drop(db);
+        assert!(dir.path().join("STAGE-000").exists(), "a stream ring slot");
+        // Let the stream's flusher write its whole chunks, so the slot's
+        // `flushed` is where the stream file ends, as after a kill.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let killed = tempfile::tempdir().expect("direct journal test");
+        copy_dir(dir.path(), killed.path(), true);
+        let journal_ring_only = tempfile::tempdir().expect("direct journal test");
+        copy_dir(dir.path(), journal_ring_only.path(), true);
+        for e in std::fs::read_dir(journal_ring_only.path()).expect("direct journal test") {
+            let name = e.expect("direct journal test").file_name();
+            if name.to_string_lossy().starts_with("STAGE-") {
+                std::fs::remove_file(journal_ring_only.path().join(name))
+                    .expect("direct journal test");
+            }
+        }
+        drop(db);
 
-    let db = Db::open(killed.path(), opts(64 << 20)).expect("direct journal test");
-    check(&db, n, 3);
-    drop(db);
-    let db = Db::open(journal_ring_only.path(), opts(64 << 20)).expect("direct journal test");
-    let missing = (0..n)
-        .filter(|&i| db.get(key(i)).expect("direct journal test").is_none())
-        .count();
-    assert!(missing > 0, "every value was in its stream's file already");
-    for i in 0..n - missing {
-        assert_eq!(
-            db.get(key(i)).expect("direct journal test"),
-            Some(value(i, 3))
+        let db = Db::open(killed.path(), opts(64 << 20)).expect("direct journal test");
+        for i in 0..n {
+            let got = db.get(key(i)).expect("direct journal test");
+            assert!(
+                got.as_deref() == Some(&stream_value(i)[..]),
+                "values of {len} bytes: key {i} not recovered"
+            );
+        }
+        drop(db);
+        let db = Db::open(journal_ring_only.path(), opts(64 << 20)).expect("direct journal test");
+        let missing = (0..n)
+            .filter(|&i| db.get(key(i)).expect("direct journal test").is_none())
+            .count();
+        assert!(
+            missing > 0,
+            "values of {len} bytes: every one was in its stream's file already"
         );
+        for i in 0..n - missing {
+            assert_eq!(
+                db.get(key(i)).expect("direct journal test"),
+                Some(stream_value(i))
+            );
+        }
     }
 }

@@ -462,6 +462,10 @@ impl super::FileWrite for StagedWrite {
     }
 
     fn reserve(&mut self, up_to: u64, ahead: u64) -> io::Result<()> {
+        // To the page's end: a sync writes the tail padded to a page, and
+        // on a file system of blocks smaller than a page a padding past
+        // the blocks reserved would need one the full device may lack.
+        let up_to = up_to.next_multiple_of(PAGE as u64);
         super::blocks::reserve_blocks(&self.plain, &mut self.reserved, up_to, ahead)
     }
 

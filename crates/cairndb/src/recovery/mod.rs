@@ -1207,10 +1207,12 @@ impl StreamFiles {
     }
 
     /// Fills `value` with the bytes `ptr` names from the staging ring slot
-    /// that holds its stream's newest bytes; true if they are there and
-    /// match the pointer. Ring bytes past what was appended are older
-    /// bytes (of this stream or of one before it): the pointer's checksum
-    /// tells them apart, as a record's does in the journal's ring.
+    /// that holds its stream's newest bytes (and, for a value that starts
+    /// below the slot's `flushed`, the stream file's bytes up to there);
+    /// true if they are there and match the pointer. Ring bytes past what
+    /// was appended are older bytes (of this stream or of one before it):
+    /// the pointer's checksum tells them apart, as a record's does in the
+    /// journal's ring.
     fn read_ring(
         &mut self,
         fs: &dyn Fs,
@@ -1221,30 +1223,53 @@ impl StreamFiles {
         if self.rings.is_none() {
             self.rings = Some(stage_rings(fs, dir).map_err(StreamMiss::Io)?);
         }
-        let Some(ring) = self.rings.as_ref().and_then(|r| r.get(&ptr.segment)) else {
+        let Some((ring_file, h)) = self
+            .rings
+            .as_ref()
+            .and_then(|r| r.get(&ptr.segment))
+            .map(|r| (r.file.clone(), r.header))
+        else {
             return Ok(false);
         };
-        let h = ring.header;
         let (from, len) = (ptr.offset, value.len() as u64);
-        if from < h.flushed || from + len > h.flushed + h.ring {
+        let Some(end) = from.checked_add(len) else {
+            return Ok(false);
+        };
+        if end <= h.flushed || end > h.flushed.saturating_add(h.ring) {
             return Ok(false);
         }
-        // Up to the ring's end, then from its start.
-        let at = from % h.ring;
-        let first = len.min(h.ring - at) as usize;
+        let io_error = |what: &str, e| {
+            StreamMiss::Io(Error::io(
+                format!("reading {what} of value stream {}", ptr.segment),
+                e,
+            ))
+        };
+        // A value straddling `flushed`: its head from the stream file,
+        // which holds every byte below it.
+        let in_file = (h.flushed.saturating_sub(from)).min(len) as usize;
+        let (head, tail) = value.split_at_mut(in_file);
+        if in_file > 0 {
+            let Some(file) = self.get(fs, dir, ptr.segment)?.cloned() else {
+                return Ok(false);
+            };
+            match file.read_exact_at(head, from) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
+                Err(e) => return Err(io_error("the file", e)),
+            }
+        }
+        // The rest from the ring: up to its end, then from its start.
+        let at = (from + in_file as u64) % h.ring;
+        let first = (tail.len() as u64).min(h.ring - at) as usize;
         let base = stage_format::HEADER_LEN as u64;
-        let (head, rest) = value.split_at_mut(first);
-        let read = ring
-            .file
-            .read_exact_at(head, base + at)
-            .and_then(|()| ring.file.read_exact_at(rest, base));
+        let (upto_end, wrapped) = tail.split_at_mut(first);
+        let read = ring_file
+            .read_exact_at(upto_end, base + at)
+            .and_then(|()| ring_file.read_exact_at(wrapped, base));
         match read {
             Ok(()) => Ok(ptr.matches(value)),
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
-            Err(e) => Err(StreamMiss::Io(Error::io(
-                format!("reading the staging ring of value stream {}", ptr.segment),
-                e,
-            ))),
+            Err(e) => Err(io_error("the staging ring", e)),
         }
     }
 
