@@ -295,7 +295,7 @@ pub struct Options {
     /// unsynced write survives kill -9 before its chunk is written; a
     /// synced write writes the unaligned tail itself (architecture.md
     /// §Direct journal). Value streams (`value_partitions`) are written
-    /// the same way, each through a 2 MiB ring slot (`STAGE-NNN`) reused
+    /// the same way, each through a 1 MiB ring slot (`STAGE-NNN`) reused
     /// from journal to journal (architecture.md §Value streams). Only
     /// where the file system supports shared
     /// mappings (Unix, `PosixFs`); other backends ignore it. Default

@@ -404,7 +404,7 @@ fn crash_child_writer() {
 /// journal's value stream; then the disk fills. The open that follows
 /// syncs them and finds them on the device, so it writes tables of keys
 /// and pointers, and copies only the values that were still in the
-/// stream's staging ring (under 2 MiB), and succeeds with a few MiB free
+/// stream's staging ring (under 1 MiB), and succeeds with a few MiB free
 /// (it needed free space for a second copy of every such value: 38 MB on
 /// a 55 MB file system). Every acknowledged write is there, on the full
 /// disk and after space returns.

@@ -106,7 +106,7 @@ impl Mode {
 /// journal with value streams (unsynced large values appended by key
 /// range to stream files, the journal holding pointers to them).
 /// `DirectStreams`: both, each stream written with direct IO through a
-/// ring of its own (2 MiB), its values recovered from the ring where its
+/// ring of its own (1 MiB), its values recovered from the ring where its
 /// file lacks them.
 fn options(mode: Mode) -> Options {
     let direct = mode != Mode::Buffered;

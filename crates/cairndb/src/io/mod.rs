@@ -268,9 +268,10 @@ pub trait Fs: Send + Sync + 'static {
     fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn FileWrite>>;
     /// Opens an existing file for reading.
     fn open(&self, path: &Path) -> io::Result<Arc<dyn FileRead>>;
-    /// Reopens journal `number` at `path` (just created or reused, empty
-    /// so far) for direct-IO appends staged through the ring file `stage`
-    /// of `ring` bytes (`Options::journal_direct`, `journal_ring_bytes`);
+    /// Reopens journal (or value stream) `number` at `path` (just created
+    /// or reused, empty so far) for direct-IO appends staged through the
+    /// ring file `stage` of `ring.0` bytes, written out in direct writes of
+    /// `ring.1` bytes (`Options::journal_direct`, `journal_ring_bytes`);
     /// `None` where the backend has no such thing, and the caller keeps
     /// its plain handle.
     fn open_staged(
@@ -278,7 +279,7 @@ pub trait Fs: Send + Sync + 'static {
         _path: &Path,
         _stage: &Path,
         _number: u64,
-        _ring: usize,
+        _ring: (usize, usize),
     ) -> io::Result<Option<Box<dyn FileWrite>>> {
         Ok(None)
     }

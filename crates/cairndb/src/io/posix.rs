@@ -329,7 +329,7 @@ impl Fs for PosixFs {
         path: &Path,
         stage: &Path,
         number: u64,
-        ring: usize,
+        ring: (usize, usize),
     ) -> io::Result<Option<Box<dyn FileWrite>>> {
         let read = self.open(path)?;
         Ok(Some(Box::new(super::stage::open(

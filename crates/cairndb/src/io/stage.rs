@@ -5,7 +5,7 @@
 //! An append copies its bytes into the ring, a shared mapping of the
 //! database's `STAGE` file: once there they are in the page cache and
 //! survive kill -9, with no system call. A flusher thread writes each
-//! whole chunk (`CHUNK` bytes) of the ring to the journal file with one
+//! whole chunk (`chunk` bytes, set at open) of the ring to the journal file with one
 //! direct write; `sync` writes the chunks left and the unaligned tail
 //! (padded with zeros to a page) itself, then fdatasyncs. The ring space
 //! of a chunk is reused only once the chunk is in the file.
@@ -29,7 +29,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::limits::JOURNAL_CHUNK_BYTES as CHUNK;
 const PAGE: usize = super::DIRECT_ALIGN;
 
 /// The shared mapping of the stage file.
@@ -81,8 +80,12 @@ struct Flow {
 struct Shared {
     map: Mapping,
     /// Bytes of the ring (`Options::journal_ring_bytes`), a multiple of
-    /// `CHUNK`.
+    /// `chunk`.
     ring: usize,
+    /// Bytes of one direct write (`limits::JOURNAL_CHUNK_BYTES` for the
+    /// journal, `STREAM_CHUNK_BYTES` for a value stream), a multiple of a
+    /// page that divides `ring`.
+    chunk: usize,
     appended: AtomicU64,
     flushed: AtomicU64,
     in_file: AtomicU64,
@@ -129,14 +132,14 @@ impl Shared {
     fn write_chunks(&self, upto: u64) -> io::Result<()> {
         loop {
             let at = self.flushed.load(Ordering::Acquire);
-            if at + CHUNK as u64 > upto {
+            if at + self.chunk as u64 > upto {
                 return Ok(());
             }
-            // SAFETY: a chunk starts at a multiple of CHUNK, which divides
+            // SAFETY: a chunk starts at a multiple of `chunk`, which divides
             // the ring, so its ring bytes are contiguous; they lie below
             // `appended`, so no append writes them until `flushed` passes
             // them, which only this thread does below.
-            let chunk = unsafe { std::slice::from_raw_parts(self.ring_at(at), CHUNK) };
+            let chunk = unsafe { std::slice::from_raw_parts(self.ring_at(at), self.chunk) };
             self.direct.write_all_at(chunk, at)?;
             // Recorded in the header before the ring space may be reused,
             // so recovery never takes reused ring bytes (format.md §Stage
@@ -146,13 +149,15 @@ impl Shared {
             // process reads it.
             unsafe {
                 AtomicU64::from_ptr(self.map.base.add(FLUSHED_AT).cast())
-                    .store(at + CHUNK as u64, Ordering::Release);
+                    .store(at + self.chunk as u64, Ordering::Release);
             }
             {
                 let _reuse = self.reuse.write();
-                self.flushed.store(at + CHUNK as u64, Ordering::Release);
+                self.flushed
+                    .store(at + self.chunk as u64, Ordering::Release);
             }
-            self.in_file.fetch_max(at + CHUNK as u64, Ordering::AcqRel);
+            self.in_file
+                .fetch_max(at + self.chunk as u64, Ordering::AcqRel);
             let _flow = self.flow.lock();
             self.cv.notify_all();
         }
@@ -175,7 +180,7 @@ impl Shared {
         let n = (upto - at) as usize;
         let padded = n.next_multiple_of(PAGE);
         // SAFETY: `at` is page aligned, in the chunk that starts at
-        // `flushed`, and `upto < flushed + CHUNK` (whole chunks were written
+        // `flushed`, and `upto < flushed + chunk` (whole chunks were written
         // first), so the bytes are contiguous in the ring. Bytes
         // `n..padded` are past `appended`: nobody reads them, and no
         // append runs meanwhile.
@@ -207,7 +212,7 @@ fn flusher(shared: Arc<Shared>) {
                 }
                 let ahead = shared.appended.load(Ordering::Acquire)
                     - shared.flushed.load(Ordering::Acquire);
-                if ahead >= CHUNK as u64 {
+                if ahead >= shared.chunk as u64 {
                     break;
                 }
                 shared.cv.wait(&mut flow);
@@ -242,18 +247,20 @@ pub struct StagedWrite {
 
 /// Opens journal `number` at `path` (which exists: created or renamed from
 /// a free file by the caller) for staged appends through `stage`, created
-/// at its full size if missing; `read` is the file opened for reading.
+/// at its full size if missing, written out in direct writes of `chunk`
+/// bytes; `read` is the file opened for reading.
 pub fn open(
     path: &Path,
     stage: &Path,
     number: u64,
-    ring: usize,
+    (ring, chunk): (usize, usize),
     read: Arc<dyn super::FileRead>,
 ) -> io::Result<StagedWrite> {
-    if !ring.is_multiple_of(CHUNK) || ring < 2 * CHUNK {
+    if chunk == 0 || !chunk.is_multiple_of(PAGE) || !ring.is_multiple_of(chunk) || ring < 2 * chunk
+    {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "staging ring must be a multiple of the chunk, at least two",
+            "staging ring must be a multiple of the chunk, at least two, and the chunk of pages",
         ));
     }
     let plain = OpenOptions::new().write(true).open(path)?;
@@ -297,6 +304,7 @@ pub fn open(
             unmapped: std::sync::atomic::AtomicBool::new(false),
         },
         ring,
+        chunk,
         appended: AtomicU64::new(0),
         flushed: AtomicU64::new(0),
         in_file: AtomicU64::new(0),
@@ -405,7 +413,8 @@ impl super::FileWrite for StagedWrite {
             self.len += n as u64;
             self.shared.appended.store(self.len, Ordering::Release);
             data = &data[n..];
-            if at / CHUNK as u64 != self.len / CHUNK as u64 {
+            let chunk = self.shared.chunk as u64;
+            if at / chunk != self.len / chunk {
                 let _flow = self.shared.flow.lock();
                 self.shared.cv.notify_all();
             }
@@ -586,6 +595,7 @@ mod tests {
     use super::*;
     use crate::format::stage::{Header, decode_header, unwrap_from};
     use crate::io::FileWrite;
+    use crate::limits::JOURNAL_CHUNK_BYTES as CHUNK;
 
     const RING: usize = 2 * CHUNK;
 
@@ -606,7 +616,7 @@ mod tests {
         let path = dir.join(name);
         File::create(&path).unwrap();
         let read = crate::io::Fs::open(&crate::io::PosixFs, &path).unwrap();
-        open(&path, &dir.join("STAGE"), number, RING, read).unwrap()
+        open(&path, &dir.join("STAGE"), number, (RING, CHUNK), read).unwrap()
     }
 
     fn staged(dir: &Path, number: u64) -> StagedWrite {

@@ -1404,10 +1404,10 @@ fn stage_rings(fs: &dyn Fs, dir: &Path) -> Result<std::collections::HashMap<u64,
         .list(dir)
         .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
     for name in names {
-        let files::FileKind::StreamStage(slot) = files::parse(&name) else {
+        let files::FileKind::StreamStage(_) = files::parse(&name) else {
             continue;
         };
-        let path = files::stream_stage(dir, slot);
+        let path = dir.join(&name);
         let ctx = |e| Error::io(format!("reading {}", path.display()), e);
         let file = fs.open(&path).map_err(ctx)?;
         let mut head = [0u8; stage_format::HEADER_USED];

@@ -142,9 +142,12 @@ impl Reaper {
     pub fn new_journal(&self, number: u64) -> std::io::Result<Box<dyn crate::io::FileWrite>> {
         let file = self.new_journal_file(number)?;
         if let Some((stage, ring)) = &self.stage
-            && let Some(staged) =
-                self.fs
-                    .open_staged(&files::journal(&self.dir, number), stage, number, *ring)?
+            && let Some(staged) = self.fs.open_staged(
+                &files::journal(&self.dir, number),
+                stage,
+                number,
+                (*ring, crate::limits::JOURNAL_CHUNK_BYTES),
+            )?
         {
             return Ok(staged);
         }

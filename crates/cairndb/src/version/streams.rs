@@ -83,6 +83,59 @@ impl StageSlots {
     }
 }
 
+/// Most threads one `each_at_once` runs its calls on.
+const AT_ONCE_MAX: usize = 8;
+
+/// Calls `f` on each of `parts`, on up to `AT_ONCE_MAX` threads at once
+/// when there are several, and returns the first error (every part is
+/// tried). A seal syncs and
+/// truncates each of a journal's streams (32 by default), and each is a
+/// device flush: one after another they held up the writers waiting on
+/// the seal for the sum of them, while the file system commits flushes
+/// issued together as one.
+fn each_at_once<T: Sync>(
+    parts: &[T],
+    f: impl Fn(&T) -> std::io::Result<()> + Sync,
+) -> std::io::Result<()> {
+    if parts.len() < 2 {
+        return parts.iter().try_for_each(&f);
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || -> std::io::Result<()> {
+        let mut first = Ok(());
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(part) = parts.get(i) else {
+                return first;
+            };
+            // Every part is tried, whatever failed before: each records its
+            // own failure (`dirty`, its writer kept) for the next attempt.
+            if let Err(e) = f(part) {
+                first = first.and(Err(e));
+            }
+        }
+    };
+    let threads = parts.len().min(AT_ONCE_MAX);
+    std::thread::scope(|s| {
+        // A helper that cannot be started leaves its share to the others.
+        let helpers: Vec<_> = (1..threads)
+            .filter_map(|_| {
+                std::thread::Builder::new()
+                    .name("cairndb-stream-sync".into())
+                    .spawn_scoped(s, work)
+                    .ok()
+            })
+            .collect();
+        let mine = work();
+        helpers.into_iter().fold(mine, |acc, h| {
+            let theirs = h
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("a stream sync panicked")));
+            acc.and(theirs)
+        })
+    })
+}
+
 /// A new stream's writer, the reader that sees what it appended, and its
 /// ring slot if it is staged (`Streams::staged`).
 type Staged = (
@@ -318,31 +371,49 @@ impl Streams {
             self.created.store(true, Ordering::Release);
             return Err(e);
         }
-        for part in &self.parts {
-            if !part.dirty.swap(false, Ordering::AcqRel) {
-                continue;
-            }
+        let dirty: Vec<&Part> = self
+            .parts
+            .iter()
+            .filter(|p| p.dirty.swap(false, Ordering::AcqRel))
+            .collect();
+        each_at_once(&dirty, |part| {
             let mut file = part.file.lock();
-            if let Some(w) = file.writer.as_mut()
-                && let Err(e) = w.sync()
-            {
-                part.dirty.store(true, Ordering::Release);
-                return Err(e);
+            match file.writer.as_mut().map(|w| w.sync()) {
+                Some(Err(e)) => {
+                    part.dirty.store(true, Ordering::Release);
+                    Err(e)
+                }
+                _ => Ok(()),
             }
-        }
-        Ok(())
+        })
     }
 
-    /// Ends appends (later batches keep their values inline), syncs what
-    /// was appended, gives back the blocks reserved past each stream's
-    /// end (`FileWrite::trim`) and closes the files.
+    /// Ends appends (later batches keep their values inline), gives back
+    /// the blocks reserved past each stream's end (`FileWrite::trim`),
+    /// syncs what was appended, and closes the files.
     pub fn seal(&self) -> std::io::Result<()> {
         self.sealed.store(true, Ordering::Release);
-        self.sync_dirty()?;
-        for part in &self.parts {
+        if self.created.swap(false, Ordering::AcqRel)
+            && let Err(e) = self.reaper.fs.sync_dir(&self.reaper.dir)
+        {
+            self.created.store(true, Ordering::Release);
+            return Err(e);
+        }
+        let open: Vec<&Part> = self.parts.iter().collect();
+        each_at_once(&open, |part| {
             let mut file = part.file.lock();
             if let Some(w) = file.writer.as_mut() {
+                // Trimmed first: a staged stream's trim writes it out and
+                // its truncation's fsync flushes the data too, so the sync
+                // after finds nothing left to flush (one device flush per
+                // stream, not two).
                 w.trim()?;
+                if part.dirty.swap(false, Ordering::AcqRel)
+                    && let Err(e) = w.sync()
+                {
+                    part.dirty.store(true, Ordering::Release);
+                    return Err(e);
+                }
             }
             // Every byte is in the file now (`trim` wrote the ring out):
             // readers no longer look at the ring, and its slot may take
@@ -351,8 +422,8 @@ impl Streams {
             if let (Some(slot), Some(slots)) = (file.slot.take(), &self.reaper.stream_stages) {
                 slots.give(slot);
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// `plain`, stream `number` just created, reopened for direct appends
@@ -371,11 +442,15 @@ impl Streams {
         let slot = slots.take();
         let path = files::stream(&self.reaper.dir, number);
         let stage = files::stream_stage(&self.reaper.dir, slot);
-        match self
-            .reaper
-            .fs
-            .open_staged(&path, &stage, number, crate::limits::STREAM_RING_BYTES)
-        {
+        match self.reaper.fs.open_staged(
+            &path,
+            &stage,
+            number,
+            (
+                crate::limits::STREAM_RING_BYTES,
+                crate::limits::STREAM_CHUNK_BYTES,
+            ),
+        ) {
             Ok(Some(staged)) => {
                 let reader = staged.reader();
                 (staged, reader, Some(slot))
@@ -556,6 +631,32 @@ mod tests {
         next.place(&batch(&[("b", 4096)]), &rule(1024))
             .expect("placed");
         assert_eq!(slots(), ["STAGE-000", "STAGE-001"], "a slot reused");
+    }
+
+    #[test]
+    fn each_at_once_calls_every_part_and_returns_a_failure() {
+        use std::sync::atomic::AtomicUsize;
+        let parts: Vec<usize> = (0..20).collect();
+        let calls: Vec<AtomicUsize> = (0..20).map(|_| AtomicUsize::new(0)).collect();
+        let threads = Mutex::new(std::collections::HashSet::new());
+        let got = each_at_once(&parts, |&i| {
+            calls[i].fetch_add(1, Ordering::Relaxed);
+            threads.lock().insert(std::thread::current().id());
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            if i == 3 || i == 11 {
+                Err(std::io::Error::other(format!("part {i}")))
+            } else {
+                Ok(())
+            }
+        });
+        assert!(got.is_err(), "a failure is returned");
+        assert!(
+            calls.iter().all(|c| c.load(Ordering::Relaxed) == 1),
+            "each part once"
+        );
+        assert!(threads.lock().len() > 1, "on several threads");
+        assert!(each_at_once(&parts[..1], |_| Ok(())).is_ok());
+        assert!(each_at_once::<usize>(&[], |_| Ok(())).is_ok());
     }
 
     #[test]
