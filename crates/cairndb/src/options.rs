@@ -307,6 +307,15 @@ pub struct Options {
     /// keeps. A multiple of `limits::JOURNAL_CHUNK_BYTES` (1 MiB), at
     /// least two. Default 16 MiB.
     pub journal_ring_bytes: usize,
+    /// With `journal_direct` and value streams: whether new journals'
+    /// streams are staged (direct writes through ring slots) rather than
+    /// appended through the page cache. `None` (the default) decides at
+    /// each journal: staged once the database's separated values take
+    /// more than half the memory the process could still have, so values
+    /// of a database that fits in memory stay in the page cache for the
+    /// reads after them (architecture.md §Value streams). `Some(true)`
+    /// always, `Some(false)` never.
+    pub stage_streams: Option<bool>,
     /// Recycle journal files: an obsolete journal (flushed, no live value
     /// left in it) is kept as `NNNNNN.free`, up to `limits::FREE_JOURNALS_MAX`
     /// files, and the next journal is made from it, so appends overwrite
@@ -456,6 +465,7 @@ impl Options {
             journal_prewrite: true,
             journal_direct: true,
             journal_ring_bytes: 16 << 20,
+            stage_streams: None,
             journal_recycle: true,
             warm_written_values: true,
             follow_every: None,

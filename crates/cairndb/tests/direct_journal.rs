@@ -17,6 +17,7 @@ fn opts(memtable: usize) -> Options {
     Options {
         journal_direct: true,
         journal_ring_bytes: 2 << 20,
+        stage_streams: Some(true),
         memtable_bytes: memtable,
         ..Options::default()
     }

@@ -115,6 +115,7 @@ fn options(mode: Mode) -> Options {
         journal_direct: direct,
         value_partitions: if mode == Mode::Direct { 0 } else { 4 },
         journal_ring_bytes: 2 << 20,
+        stage_streams: Some(mode == Mode::DirectStreams),
         table_bytes: 64 << 10,
         level1_bytes: 256 << 10,
         block_cache_bytes: 256 << 10,

@@ -174,6 +174,11 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
             journal_number,
             first,
             Vec::new(),
+            crate::version::streams::stage_new_streams(
+                &opts,
+                rec.version.value_bytes_live(),
+                opts.fs.host().mem_available(),
+            ),
         ))
     });
     let mem = Memtable::with_segment(

@@ -83,6 +83,32 @@ impl StageSlots {
     }
 }
 
+/// Whether a new journal's value streams are staged (written directly,
+/// `Streams::staged`) rather than through the page cache, with `live`
+/// bytes of separated values in the database and `available` bytes of
+/// memory the process could still take: as `Options::stage_streams` says,
+/// and by default once the values take more than half that memory
+/// (`auto_choice`, as for reads; never where it cannot be told, nor when
+/// values are read through the page cache). Through the page cache,
+/// values written stay there for the reads after them (YCSB A ran
+/// 570–600 k ops/s so, 234–236 k staged, its every read of a written
+/// value a device read); staged, a load bigger than memory costs the
+/// writers about half the CPU per value (the contest's write phase ran
+/// 1.6× as fast), and the values it writes would have left the page
+/// cache before they are read anyway.
+pub(crate) fn stage_new_streams(
+    opts: &crate::options::Options,
+    live: u64,
+    available: Option<u64>,
+) -> bool {
+    if let Some(always) = opts.stage_streams {
+        return always;
+    }
+    opts.value_reads != crate::options::ValueReads::PageCache
+        && crate::read::policy::auto_choice(live.saturating_mul(2), available)
+            != crate::read::policy::How::PageCache
+}
+
 /// Most threads one `each_at_once` runs its calls on.
 const AT_ONCE_MAX: usize = 8;
 
@@ -155,6 +181,9 @@ pub(crate) struct Streams {
     parts: Vec<Part>,
     /// Set by `seal`: nothing more is appended.
     sealed: AtomicBool,
+    /// New streams are staged (`Streams::staged`), where the reaper has
+    /// stage slots.
+    stage: bool,
     /// A stream file was created since the directory was last synced.
     created: AtomicBool,
     /// Value bytes appended (with padding): counts towards the journal's
@@ -187,8 +216,15 @@ struct PartFile {
 
 impl Streams {
     /// The streams of journal `journal`, with file numbers
-    /// `first..first + bounds.len() + 1`; files are created on first use.
-    pub fn new(reaper: &Arc<Reaper>, journal: u64, first: u64, bounds: Vec<Vec<u8>>) -> Streams {
+    /// `first..first + bounds.len() + 1`; files are created on first use,
+    /// staged through ring slots if `stage` (`Streams::staged`).
+    pub fn new(
+        reaper: &Arc<Reaper>,
+        journal: u64,
+        first: u64,
+        bounds: Vec<Vec<u8>>,
+        stage: bool,
+    ) -> Streams {
         debug_assert!(bounds.windows(2).all(|w| w[0] < w[1]));
         let parts = (0..=bounds.len())
             .map(|_| Part {
@@ -203,6 +239,7 @@ impl Streams {
             bounds,
             parts,
             sealed: AtomicBool::new(false),
+            stage,
             created: AtomicBool::new(false),
             bytes: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -436,7 +473,7 @@ impl Streams {
     /// about 40 % of their CPU in `pwrite` (a new page-cache page for
     /// every 4 KiB value).
     fn staged(&self, number: u64, plain: Box<dyn FileWrite>) -> Staged {
-        let Some(slots) = &self.reaper.stream_stages else {
+        let Some(slots) = self.reaper.stream_stages.as_ref().filter(|_| self.stage) else {
             return (plain, None, None);
         };
         let slot = slots.take();
@@ -496,7 +533,7 @@ mod tests {
             Box::new(|_| {}),
         ));
         let bounds = bounds.iter().map(|b| b.as_bytes().to_vec()).collect();
-        (fs, Streams::new(&reaper, 5, 10, bounds))
+        (fs, Streams::new(&reaper, 5, 10, bounds, false))
     }
 
     /// Values of at least `min` bytes are separated, in every keyspace.
@@ -573,7 +610,7 @@ mod tests {
             0,
             Box::new(|_| {}),
         ));
-        let s = Streams::new(&reaper, 5, 10, Vec::new());
+        let s = Streams::new(&reaper, 5, 10, Vec::new(), false);
         s.place(&batch(&[("a", 4096)]), &rule(1024))
             .expect("placed");
         let path = files::stream(tmp.path(), 10);
@@ -608,7 +645,7 @@ mod tests {
             names.sort();
             names
         };
-        let first = Streams::new(&reaper, 5, 10, vec![b"m".to_vec()]);
+        let first = Streams::new(&reaper, 5, 10, vec![b"m".to_vec()], true);
         let placed = first
             .place(&batch(&[("a", 4096), ("z", 4096)]), &rule(1024))
             .expect("placed");
@@ -627,7 +664,7 @@ mod tests {
             a.offset + u64::from(a.len),
             "wholly in its file"
         );
-        let next = Streams::new(&reaper, 20, 30, Vec::new());
+        let next = Streams::new(&reaper, 20, 30, Vec::new(), true);
         next.place(&batch(&[("b", 4096)]), &rule(1024))
             .expect("placed");
         assert_eq!(slots(), ["STAGE-000", "STAGE-001"], "a slot reused");

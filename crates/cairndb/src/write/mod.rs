@@ -720,7 +720,20 @@ impl Inner {
         let bounds = before.map_or_else(Vec::new, |b| b.next_bounds(partitions));
         let count = bounds.len() as u64 + 1;
         let first = self.next_file.fetch_add(count, Ordering::SeqCst);
-        Some(Arc::new(Streams::new(&self.reaper, journal, first, bounds)))
+        Some(Arc::new(Streams::new(
+            &self.reaper,
+            journal,
+            first,
+            bounds,
+            self.stage_streams(),
+        )))
+    }
+
+    /// Whether the next journal's value streams are staged
+    /// (`streams::stage_new_streams`).
+    fn stage_streams(&self) -> bool {
+        let live = self.state.read().version.value_bytes_live();
+        crate::version::streams::stage_new_streams(&self.opts, live, self.policy.mem_available())
     }
 
     fn stall(&self) {
