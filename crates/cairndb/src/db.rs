@@ -415,6 +415,8 @@ impl Db {
             scan_stream_chunk_reads: inner.share.streams.reads().0,
             scan_stream_bytes_read: inner.share.streams.reads().1,
             scan_stream_chunk_waits: inner.share.streams.waits(),
+            scan_windows_published: inner.share.windows.counts().0,
+            scan_windows_taken: inner.share.windows.counts().1,
             value_bytes_moved: inner.counters.value_bytes_moved.load(Ordering::Relaxed),
             value_bytes_settled: inner.counters.value_bytes_settled.load(Ordering::Relaxed),
             value_bytes_scanned_scattered: inner.policy.scattered(),
@@ -583,6 +585,11 @@ pub struct Stats {
     /// Times a long scan waited for a stream chunk being read for another
     /// scan (or read ahead for its own window).
     pub scan_stream_chunk_waits: u64,
+    /// Windows of entries long scans built where other scans at the same
+    /// point of the same view could take them, and windows scans took
+    /// that another had built (`read/window_share.rs`) since open.
+    pub scan_windows_published: u64,
+    pub scan_windows_taken: u64,
     /// Separated value bytes compactions moved to values files since
     /// open (value GC and settling).
     pub value_bytes_moved: u64,

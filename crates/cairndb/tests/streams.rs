@@ -330,3 +330,75 @@ fn a_damaged_value_in_a_stream_is_reported_by_a_long_scan() {
     }
     assert!(db.stats().scan_stream_chunk_reads > 0);
 }
+
+/// Long scans at the same point of the same view share their windows of
+/// entries (`read/window_share.rs`): four threads scanning at once, and
+/// two iterators stepped in turn on one thread (which must not wait on
+/// each other), each yield every entry once and in order, and most
+/// windows are taken by a scan that did not build them.
+#[test]
+fn long_scans_at_one_point_share_their_windows() {
+    let fs = MemFs::new();
+    let n = 4000;
+    let db = flushed_scattered(&fs, n);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let mut i = 0;
+                let mut it = db.iter();
+                while let Some(entry) = it.next_ref() {
+                    let (k, v) = entry.expect("entry");
+                    assert_eq!((k, v), (&key(i)[..], &value(i, 0)[..]), "row {i}");
+                    i += 1;
+                }
+                assert_eq!(i, n);
+            });
+        }
+    });
+    let s = db.stats();
+    assert!(s.scan_windows_published > 0, "no window was shared");
+    assert!(
+        s.scan_windows_taken > 0,
+        "{} windows built, none taken by another scan",
+        s.scan_windows_published
+    );
+    let before = db.stats().scan_windows_taken;
+    let (mut a, mut b) = (db.iter(), db.iter());
+    for i in 0..n {
+        for it in [&mut a, &mut b] {
+            let (k, v) = it.next().expect("an entry").expect("entry");
+            assert_eq!((k, v), (key(i), value(i, 0)), "row {i}");
+        }
+    }
+    assert!(a.next().is_none() && b.next().is_none());
+    assert!(
+        db.stats().scan_windows_taken > before,
+        "the second iterator built its own windows"
+    );
+}
+
+/// A window is shared only between scans that see the same entries: a
+/// scan of a snapshot taken before keys were overwritten, stepped in turn
+/// with a scan of the database after (both of the same memtables and
+/// tables, their windows starting after the same keys), each yields what
+/// its own snapshot holds.
+#[test]
+fn scans_at_other_snapshots_do_not_take_each_others_windows() {
+    let fs = MemFs::new();
+    let n = 3000;
+    let db = flushed_scattered(&fs, n);
+    let snapshot = db.snapshot();
+    for i in (0..n).filter(|i| i % 5 == 0) {
+        db.put(key(i), value(i, 1)).expect("put");
+    }
+    let mut old = snapshot.iter();
+    let mut new = db.iter();
+    for i in 0..n {
+        let (k, v) = old.next().expect("old entry").expect("entry");
+        assert_eq!((k, v), (key(i), value(i, 0)), "old row {i}");
+        let generation = if i % 5 == 0 { 1 } else { 0 };
+        let (k, v) = new.next().expect("new entry").expect("entry");
+        assert_eq!((k, v), (key(i), value(i, generation)), "new row {i}");
+    }
+    assert!(old.next().is_none() && new.next().is_none());
+}

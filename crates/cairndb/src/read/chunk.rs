@@ -140,6 +140,7 @@ pub type ChunkBytes = Arc<Chunk>;
 /// against its pointer already), copied only if the caller asks to own
 /// it. Scanners that borrow values (`Iter::next_ref`) then read them out
 /// of the shared chunk with no copy of their own.
+#[derive(Clone)]
 pub enum Value {
     Owned(Vec<u8>),
     Lent {
@@ -272,6 +273,16 @@ impl<const SPARE: usize, const DRAINING: usize> Recycler<SPARE, DRAINING> {
         for buffer in free {
             self.keep(buffer);
         }
+    }
+
+    /// Unmaps the spares past the first `keep`.
+    pub(crate) fn trim(&self, keep: usize) {
+        let gone: Vec<Chunk> = {
+            let mut spare = self.spare.lock();
+            let at = keep.min(spare.len());
+            spare.split_off(at)
+        };
+        drop(gone);
     }
 
     /// A spare that can hold `len` bytes, made ready for them

@@ -13,6 +13,7 @@ use super::chunk::Value;
 use super::cursor::{Cursor, Dir, LevelCursor, MemCursor, MergeCursor, table_cursor};
 use super::prefetch::Loading;
 use super::share::Scan;
+use super::window_share::{Found, Lead, SharedWindow, WindowKey};
 use crate::Result;
 use crate::format::key::{self, Kind};
 use crate::format::vptr::{VPTR_LEN_MAX, ValuePtr};
@@ -22,6 +23,7 @@ use crate::write::batch::check_key;
 use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::ops::Bound;
+use std::sync::Arc;
 
 /// A key and its value, as yielded by iterators.
 pub type KeyValue = (Vec<u8>, Vec<u8>);
@@ -55,6 +57,13 @@ pub struct Iter {
     /// (`seek_for_prev`).
     front_from: Option<Vec<u8>>,
     back_from: Option<Vec<u8>>,
+    /// Where the front's next merge starts instead: after this key, the
+    /// last of a window taken from the database's `WindowShare`.
+    front_after: Option<Vec<u8>>,
+    /// The front's last window was shared (`window_share.rs`): the next
+    /// one is looked for there too, so entries are not taken from the
+    /// merge directly (`front_direct`).
+    sharing: bool,
 }
 
 impl Drop for Iter {
@@ -101,12 +110,23 @@ impl Ahead {
     }
 }
 
-/// Entries taken from a merge whose values are loading.
+/// Entries taken from a merge whose values are loading, or entries with
+/// their values loaded already (`ready`, in place of `raw`).
 struct Window {
     raw: Vec<Raw>,
     loading: Option<Loading>,
     /// The merge failed after `raw`: queued after them.
     failed: Option<crate::Error>,
+    ready: Option<Ready>,
+}
+
+/// A window's entries, values loaded.
+enum Ready {
+    /// A window in the database's `WindowShare`, built by this scan or
+    /// another.
+    Shared(Arc<SharedWindow>),
+    /// Built here and not shared (a value could not be read).
+    Own(Vec<Result<Entry>>),
 }
 
 /// Most entries one refill reads ahead.
@@ -191,6 +211,8 @@ impl Iter {
             lent: None,
             front_from: None,
             back_from: None,
+            front_after: None,
+            sharing: false,
         };
         if let Some(e) = refused {
             it.refuse(e);
@@ -295,13 +317,15 @@ impl Iter {
     fn advance_front(&mut self) -> Result<Option<u8>> {
         if self.front.is_none() {
             let from = self.front_from.take().filter(|t| !self.below_lower(t));
-            let (start, skip) = match (from, &self.lower) {
-                (Some(t), _) => (Some(key::seek_key(&t, self.snapshot)), None),
-                (None, Bound::Included(k)) => (Some(key::seek_key(k, self.snapshot)), None),
-                (None, Bound::Excluded(k)) => {
+            let after = self.front_after.take();
+            let (start, skip) = match (after, from, &self.lower) {
+                (Some(t), _, _) => (Some(key::seek_key(&t, self.snapshot)), Some(t)),
+                (None, Some(t), _) => (Some(key::seek_key(&t, self.snapshot)), None),
+                (None, None, Bound::Included(k)) => (Some(key::seek_key(k, self.snapshot)), None),
+                (None, None, Bound::Excluded(k)) => {
                     (Some(key::seek_key(k, self.snapshot)), Some(k.clone()))
                 }
-                (None, Bound::Unbounded) => (None, None),
+                (None, None, Bound::Unbounded) => (None, None),
             };
             let merge = self.merge(Dir::Forward, start)?;
             self.front = Some(Front { merge, skip });
@@ -511,10 +535,75 @@ impl Iter {
             // (`ReadView::load_start`).
             self.view.share.mark_long(&self.scan);
         }
+        // A long scan's window may have been built by another scan at
+        // this point of this view (`window_share.rs`).
+        let share = self.view.share.clone();
+        let mut lead = None;
+        if let Some(key) = self.window_key(dir, window, &seed) {
+            let mut help = true;
+            loop {
+                match share.windows.find(key.clone(), &self.view.parts, help) {
+                    Found::Ready(w) => return Some(self.take_shared(w)),
+                    Found::Lead(l) => {
+                        lead = Some(l);
+                        break;
+                    }
+                    Found::Alone => break,
+                    Found::Help(end) => {
+                        help = false;
+                        if let Some(next) = share.windows.lead(key.next(&end), &self.view.parts) {
+                            self.build_ahead(next, end, window);
+                        }
+                    }
+                }
+            }
+        }
+        if dir == Dir::Forward {
+            self.sharing = false;
+        }
+        let (raw, failed, ended) = self.gather(dir, window, seed);
+        self.ahead(dir).ended = ended;
+        if let (Some(l), Some((last, _, _)), None, false) = (&lead, raw.last(), &failed, ended) {
+            l.cut(last);
+        }
+        // A window to share loads as one read ahead does (`overlap`): its
+        // values come out of kept chunks if they are there, and it is
+        // published only if they all were (`publish`).
+        let loading = self.load(&raw, overlap || lead.is_some());
+        let window = Window {
+            raw,
+            loading,
+            failed,
+            ready: None,
+        };
+        Some(match lead {
+            Some(lead) => self.publish(lead, window, ended),
+            None => window,
+        })
+    }
+
+    /// Starts loading the separated values of `raw`
+    /// (`ReadView::load_start`), if it has any.
+    fn load(&self, raw: &[Raw], overlap: bool) -> Option<Loading> {
+        let pointers: Vec<&[u8]> = raw
+            .iter()
+            .filter(|(_, kind, _)| *kind == Kind::Pointer as u8)
+            .map(|(_, _, stored)| stored.as_slice())
+            .collect();
+        (!pointers.is_empty()).then(|| self.view.load_start(&pointers, overlap, &self.scan))
+    }
+
+    /// Up to `window` entries (and `WINDOW_BYTES_MAX` bytes of values)
+    /// from one end's merge after those of `seed` (already taken from
+    /// it), the error it failed with, and whether it ended.
+    fn gather(
+        &mut self,
+        dir: Dir,
+        window: usize,
+        seed: Vec<Raw>,
+    ) -> (Vec<Raw>, Option<crate::Error>, bool) {
         let mut bytes: usize = seed.iter().map(value_bytes).sum();
         let mut raw = seed;
-        let mut failed = None;
-        let mut ended = false;
         while raw.len() < window && bytes < WINDOW_BYTES_MAX {
             let got = match dir {
                 Dir::Forward => self.raw_front(),
@@ -525,34 +614,152 @@ impl Iter {
                     bytes += value_bytes(&entry);
                     raw.push(entry);
                 }
-                Ok(None) => {
-                    ended = true;
-                    break;
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    ended = true;
-                    break;
-                }
+                Ok(None) => return (raw, None, true),
+                Err(e) => return (raw, Some(e), true),
             }
         }
-        self.ahead(dir).ended = ended;
-        let pointers: Vec<&[u8]> = raw
-            .iter()
-            .filter(|(_, kind, _)| *kind == Kind::Pointer as u8)
-            .map(|(_, _, stored)| stored.as_slice())
-            .collect();
-        let loading =
-            (!pointers.is_empty()).then(|| self.view.load_start(&pointers, overlap, &self.scan));
-        Some(Window {
+        (raw, None, false)
+    }
+
+    /// Builds and publishes through `lead` the window after `end`, the
+    /// last key of a window another scan is loading, before this scan
+    /// waits for that one (`Found::Help`). The front's merge is moved for
+    /// it and put back after.
+    fn build_ahead(&mut self, lead: Lead<'_>, end: Vec<u8>, window: usize) {
+        let own = (self.front.take(), self.front_after.replace(end));
+        let (raw, failed, ended) = self.gather(Dir::Forward, window, Vec::new());
+        if let (Some((last, _, _)), None, false) = (raw.last(), &failed, ended) {
+            lead.cut(last);
+        }
+        let loading = self.load(&raw, true);
+        let w = Window {
             raw,
             loading,
             failed,
-        })
+            ready: None,
+        };
+        // Unpublished, it is dropped: the scans that come there build it.
+        drop(self.publish(lead, w, ended));
+        (self.front, self.front_after) = own;
+    }
+
+    /// Where the front's next window would start in the database's
+    /// `WindowShare`, if it is one scans share: a long scan's full window
+    /// from the front of an iterator whose back is unused (a window
+    /// could cross it), after a key it has passed, while another long
+    /// scan runs. A lone scan keeps loading its next window while it
+    /// yields this one (`Iter::refill`), which a shared window, built
+    /// when a scan reaches it, does not.
+    fn window_key(&self, dir: Dir, window: usize, seed: &[Raw]) -> Option<WindowKey> {
+        if dir != Dir::Forward
+            || window != WINDOW_MAX
+            || !seed.is_empty()
+            || self.back.is_some()
+            || self.back_last.is_some()
+            || self.view.share.long_scans() < 2
+        {
+            return None;
+        }
+        let after = match &self.front {
+            Some(front) => front.skip.as_deref(),
+            None => self.front_after.as_deref(),
+        }?;
+        Some(WindowKey::new(
+            &self.view.parts,
+            self.keyspace,
+            self.snapshot,
+            &self.upper,
+            after,
+        ))
+    }
+
+    /// Takes `w`, a window another scan built at the front's next point:
+    /// the front's merge, now behind it, starts again after its last key
+    /// when the front next reads alone.
+    fn take_shared(&mut self, w: Arc<SharedWindow>) -> Window {
+        let (last, _) = w.entries.last().expect("a shared window is not empty");
+        self.front = None;
+        self.front_after = Some(last.to_vec());
+        self.front_ahead.ended = w.ended;
+        self.sharing = true;
+        Window {
+            raw: Vec::new(),
+            loading: None,
+            failed: None,
+            ready: Some(Ready::Shared(w)),
+        }
+    }
+
+    /// `w`, built here where other scans may take it: its values loaded
+    /// and published through `lead` if they were all read on this thread
+    /// and whole; else left as it is (`lead` dropped, so scans that wait
+    /// for it build their own).
+    fn publish(&mut self, lead: Lead<'_>, w: Window, ended: bool) -> Window {
+        let Window {
+            raw,
+            loading: Some(loading),
+            failed: None,
+            ready: None,
+        } = w
+        else {
+            return w;
+        };
+        if !loading.settled() {
+            return Window {
+                raw,
+                loading: Some(loading),
+                failed: None,
+                ready: None,
+            };
+        }
+        let mut values = self.view.load_finish(loading).into_iter();
+        let entries: Vec<Result<Entry>> = raw
+            .into_iter()
+            .map(|(user, kind, stored)| {
+                let value = if kind == Kind::Pointer as u8 {
+                    values
+                        .next()
+                        .expect("a window loads one value per pointer entry")
+                } else {
+                    Ok(Value::Owned(stored.into_vec()))
+                };
+                value.map(|v| (user, v))
+            })
+            .collect();
+        let ready = if entries.iter().all(|e| e.is_ok()) {
+            let entries = entries.into_iter().flatten().collect();
+            let shared = Arc::new(SharedWindow { entries, ended });
+            lead.publish(shared.clone());
+            self.sharing = true;
+            Ready::Shared(shared)
+        } else {
+            Ready::Own(entries)
+        };
+        Window {
+            raw: Vec::new(),
+            loading: None,
+            failed: None,
+            ready: Some(ready),
+        }
     }
 
     /// Waits for a window's values and queues its entries.
     fn queue_window(&mut self, dir: Dir, w: Window) {
+        match w.ready {
+            Some(Ready::Shared(shared)) => {
+                let entries = shared.entries.iter();
+                let ahead = self.ahead(dir);
+                ahead
+                    .queue
+                    .extend(entries.map(|(k, v)| Ok((k.clone(), v.clone()))));
+                return;
+            }
+            Some(Ready::Own(entries)) => {
+                self.ahead(dir).queue.extend(entries);
+                return;
+            }
+            None => {}
+        }
         let mut loaded = w
             .loading
             .map(|l| self.view.load_finish(l))
@@ -606,7 +813,12 @@ impl Iter {
     /// (YCSB E's 1 KiB records) still go through windows to be loaded.
     fn front_direct(&mut self) -> Option<Result<Direct>> {
         let ahead = &self.front_ahead;
-        if self.done || !ahead.queue.is_empty() || ahead.inflight.is_some() || ahead.ended {
+        if self.done
+            || self.sharing
+            || !ahead.queue.is_empty()
+            || ahead.inflight.is_some()
+            || ahead.ended
+        {
             return None;
         }
         if let Err(e) = self.view.check_open() {
@@ -764,6 +976,8 @@ impl Iter {
         self.back_ahead = Ahead::new();
         self.front_from = None;
         self.back_from = None;
+        self.front_after = None;
+        self.sharing = false;
         self.done = false;
         if let Some(e) = bounds_refused(&self.lower, &self.upper) {
             self.refuse(e);

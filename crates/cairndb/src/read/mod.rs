@@ -13,6 +13,7 @@ pub mod policy;
 pub mod prefetch;
 pub mod share;
 pub mod stream_share;
+pub mod window_share;
 
 use crate::cache::BlockCache;
 use crate::format::key::{self, Kind};

@@ -76,6 +76,14 @@ pub struct Loading {
     asked: Vec<usize>,
 }
 
+impl Loading {
+    /// True if every value is loaded already: none is read on a worker
+    /// thread.
+    pub fn settled(&self) -> bool {
+        self.rx.is_none()
+    }
+}
+
 impl ReadView {
     /// Starts loading the values `encoded` pointers name: what the page
     /// cache holds is read now, device runs go to the worker threads —

@@ -187,6 +187,8 @@ pub struct ChunkShare {
     fresh: Mutex<Vec<Chunk>>,
     /// Chunks of value streams kept for long scans (`stream_share.rs`).
     pub streams: Arc<super::stream_share::StreamShare>,
+    /// Windows of entries long scans share (`window_share.rs`).
+    pub windows: super::window_share::WindowShare,
 }
 
 /// Spare buffers kept.
@@ -234,6 +236,12 @@ impl ChunkShare {
         if scan.long.swap(false, Ordering::Relaxed) {
             let before = self.long_scans.fetch_sub(1, Ordering::Relaxed);
             assert!(before > 0, "a long scan left that was not counted");
+            if before == 1 {
+                // The last long scan: the windows' values hold chunks no
+                // scan will take.
+                self.windows.clear();
+                self.streams.idle();
+            }
         }
         // With `note_scanner`'s stores in the other order (both SeqCst):
         // either it sees `left` and stays out, or this sees `joined` and
