@@ -402,3 +402,38 @@ fn scans_at_other_snapshots_do_not_take_each_others_windows() {
     }
     assert!(old.next().is_none() && new.next().is_none());
 }
+
+/// A long scan that takes a first chunk of a journal's stream reads that
+/// journal's next stream ahead (the next key range's values): a scan
+/// stopped within the first key range has read more streams than that
+/// range has, and a whole scan still reads each stream once.
+#[test]
+fn a_long_scan_reads_the_next_key_ranges_streams_ahead() {
+    let fs = MemFs::new();
+    let n = 4000;
+    let db = flushed_scattered(&fs, n);
+    let total = streams(&fs).len() as u64;
+    let mut it = db.iter();
+    for i in 0..400 {
+        let (k, _) = it.next().expect("an entry").expect("entry");
+        assert_eq!(k, key(i));
+    }
+    // Reads ahead run on the worker threads: let them finish.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // The first key range holds about one stream in four (four
+    // partitions; the first journal has one stream, over every key); with
+    // the windows read ahead of the scan, 39 of 121 streams were read
+    // without reading the next range's streams ahead, 68 with.
+    let early = db.stats().scan_stream_chunk_reads;
+    assert!(
+        early > total * 7 / 16,
+        "a scan in the first key range read {early} of {total} streams"
+    );
+    drop(it);
+    assert_eq!(db.iter().count(), n);
+    let all = db.stats().scan_stream_chunk_reads;
+    assert!(
+        all <= total,
+        "two scans read {all} stream chunks for {total} streams of one chunk"
+    );
+}

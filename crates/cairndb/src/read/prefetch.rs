@@ -31,6 +31,9 @@ use std::sync::Arc;
 pub const RUN_GAP_MAX: u64 = 16 << 10;
 /// Largest span one request reads.
 pub const RUN_BYTES_MAX: u64 = 1 << 20;
+/// Most chunks of one stream read ahead (`ReadView::read_streams_ahead`):
+/// under the defaults a stream is one.
+const STREAM_AHEAD_CHUNKS: u64 = 4;
 /// A run of a flushed journal with fewer values than this counts as read
 /// at random (`ReadPolicy::count_scattered`): values written in key order
 /// come in runs of many.
@@ -207,6 +210,8 @@ impl ReadView {
         // the worker threads.
         let mut device = Vec::new();
         let mut last_stream_chunk: Option<((u64, u64), ChunkBytes)> = None;
+        // Streams this window took a chunk of first.
+        let mut entered: Vec<u64> = Vec::new();
         for mut run in runs {
             let got = match self.segment(run.segment) {
                 Some((seg, true)) if run.stream => {
@@ -215,7 +220,11 @@ impl ReadView {
                     let got = run.chunks(|number, index| match &last_stream_chunk {
                         Some((key, chunk)) if *key == (number, index) => Some(chunk.clone()),
                         _ => {
-                            let chunk = streams.get(seg, index, stream_how, &self.policy)?;
+                            let (chunk, first) =
+                                streams.get(seg, index, stream_how, &self.policy)?;
+                            if first {
+                                entered.push(number);
+                            }
                             last_stream_chunk = Some(((number, index), chunk.clone()));
                             Some(chunk)
                         }
@@ -306,6 +315,11 @@ impl ReadView {
             };
             self.settle(got, &mut loaded, &decoded);
         }
+        if let Some(reader) = &stream_reader
+            && !entered.is_empty()
+        {
+            self.read_streams_ahead(entered, reader);
+        }
         let mut loading = Loading {
             ptrs: decoded,
             loaded,
@@ -314,6 +328,34 @@ impl ReadView {
         };
         self.dispatch(device, &mut loading, overlap, scan);
         loading
+    }
+
+    /// Starts reading, for the long scans, the stream after each of
+    /// `entered` (streams a scan has just taken a first chunk of): the
+    /// streams of one journal are numbered in key order
+    /// (`Inner::new_streams`), so the one after holds that journal's
+    /// values of the next key range, which the scans need whole once they
+    /// get there. So the device reads the next range's streams while the
+    /// scans take this one's values, instead of every scan waiting at each
+    /// range for its reads.
+    fn read_streams_ahead(&self, mut entered: Vec<u64>, reader: &StreamReader) {
+        entered.sort_unstable();
+        entered.dedup();
+        let mut wanted: Vec<(Arc<SegmentFile>, u64)> = Vec::new();
+        for number in entered {
+            let Some((seg, true)) = number.checked_add(1).and_then(|n| self.segment(n)) else {
+                continue;
+            };
+            if seg.kind() != SegmentKind::Stream {
+                continue;
+            }
+            let chunks = seg
+                .flushed_len()
+                .map_or(0, |len| len.div_ceil(CHUNK))
+                .min(STREAM_AHEAD_CHUNKS);
+            wanted.extend((0..chunks).map(|index| (seg.clone(), index)));
+        }
+        self.share.streams.start(&wanted, reader);
     }
 
     /// Hands `runs` of flushed segments to the worker threads (reads a

@@ -16,9 +16,14 @@
 //! of memory with no copy (`Value::Lent`), each value's checksum checked
 //! once between them (`Chunk::check_value`).
 //!
+//! A scan taking a first chunk of a stream also starts reading the
+//! journal's next stream, its next key range (`ReadView::
+//! read_streams_ahead`), so the device reads ahead of the scans.
+//!
 //! Chunks are kept up to [`STREAM_SHARE_BYTES`] of buffers, or half the
 //! memory the process could still take if that is less. Room is made by
-//! dropping the least recently used chunk that no scan holds values of:
+//! dropping the least recently used chunk that no scan holds values of
+//! (chunks read ahead that no scan has reached yet last):
 //! scans over one key range use every journal's stream of it throughout,
 //! so they hold those, and the chunks of ranges every scan has left go
 //! first. Where every kept chunk is held (scanners spread over more key
@@ -102,6 +107,9 @@ struct Slot {
     used: u64,
     /// Bytes of its buffer.
     capacity: u64,
+    /// A scan has taken it (`get`); a chunk read ahead (`start`) is not
+    /// taken until a scan gets there.
+    taken: bool,
 }
 
 /// What a read started on a worker thread needs.
@@ -141,36 +149,41 @@ impl StreamShare {
     }
 
     /// Chunk `index` of stream `seg`: kept, or waited for if it is being
-    /// read, or read here as `how` says (counted in `policy`). `None` if it
-    /// could not be read (the caller then reads each value alone, which
-    /// names the damage).
+    /// read, or read here as `how` says (counted in `policy`), and whether
+    /// this is the first time a scan takes it. `None` if it could not be
+    /// read (the caller then reads each value alone, which names the
+    /// damage).
     pub fn get(
         &self,
         seg: &SegmentFile,
         index: u64,
         how: How,
         policy: &ReadPolicy,
-    ) -> Option<ChunkBytes> {
+    ) -> Option<(ChunkBytes, bool)> {
         let key = (seg.number, index);
-        let (cell, mine) = {
+        let (cell, mine, first) = {
             let mut map = self.map.lock();
             map.tick += 1;
             let tick = map.tick;
             match map.slots.get_mut(&key) {
                 Some(slot) => {
                     slot.used = tick;
-                    (slot.cell.clone(), false)
+                    let first = !std::mem::replace(&mut slot.taken, true);
+                    (slot.cell.clone(), false, first)
                 }
                 None => {
                     let capacity = buffer_len(seg, index)?;
-                    (self.insert(&mut map, key, capacity, true, policy)?, true)
+                    let cell = self.insert(&mut map, key, capacity, true, policy)?;
+                    (cell, true, true)
                 }
             }
         };
-        if !mine && !cell.claim() {
-            return cell.wait(&self.waits);
-        }
-        self.fill(seg, index, &cell, how, policy)
+        let bytes = if !mine && !cell.claim() {
+            cell.wait(&self.waits)
+        } else {
+            self.fill(seg, index, &cell, how, policy)
+        };
+        bytes.map(|b| (b, first))
     }
 
     /// A new slot for chunk `key` being read (`claimed`: by the caller),
@@ -182,7 +195,12 @@ impl StreamShare {
     /// while the share read more. So the share's memory stays within its
     /// budget, and when the chunks scans hold fill it (scanners spread
     /// over more key ranges than it has room for) the caller reads its
-    /// values alone instead.
+    /// values alone instead. Chunks a scan has taken go first, least
+    /// recently used first, and chunks read ahead that no scan has reached
+    /// yet only after them: the scans were still taking the last key
+    /// range's chunks when the next range's were read ahead, so by use
+    /// alone those read ahead went first, and a third of all the stream
+    /// bytes the contest's range phase read were read twice.
     fn insert(
         &self,
         map: &mut Map,
@@ -201,7 +219,7 @@ impl StreamShare {
                     Some(None) => true,
                     None => false,
                 })
-                .min_by_key(|(_, s)| s.used)
+                .min_by_key(|(_, s)| (!s.taken, s.used))
                 .map(|(k, _)| *k)?;
             self.evict(map, victim);
         }
@@ -211,6 +229,7 @@ impl StreamShare {
             cell: cell.clone(),
             used: map.tick,
             capacity,
+            taken: claimed,
         };
         map.held += capacity;
         let before = map.slots.insert(key, slot);
