@@ -73,6 +73,7 @@ impl Drop for Iter {
         self.lent = None;
         for ahead in [&mut self.front_ahead, &mut self.back_ahead] {
             ahead.queue.clear();
+            ahead.shared = None;
             ahead.inflight = None;
         }
         self.view.share.leave(&self.scan);
@@ -96,6 +97,10 @@ struct Ahead {
     ended: bool,
     /// The next window, its values loading while `queue` is consumed.
     inflight: Option<Window>,
+    /// A shared window (`window_share.rs`) and the index of its next entry
+    /// to yield: yielded before `queue`, which is empty while it lasts, and
+    /// lent by `next_ref` with no copy.
+    shared: Option<(Arc<SharedWindow>, usize)>,
 }
 
 impl Ahead {
@@ -106,7 +111,32 @@ impl Ahead {
             taken: 0,
             ended: false,
             inflight: None,
+            shared: None,
         }
+    }
+
+    /// Entries of the shared window not yielded yet.
+    fn shared_left(&self) -> usize {
+        self.shared
+            .as_ref()
+            .map_or(0, |(w, at)| w.entries.len() - at)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty() && self.shared_left() == 0
+    }
+
+    /// The next entry: of the shared window (a copy of its key and a
+    /// reference to its value's chunk), else of the queue.
+    fn pop(&mut self) -> Option<Result<Entry>> {
+        if let Some((w, at)) = &mut self.shared {
+            if let Some((k, v)) = w.entries.get(*at) {
+                *at += 1;
+                return Some(Ok((k.clone(), v.clone())));
+            }
+            self.shared = None;
+        }
+        self.queue.pop_front()
     }
 }
 
@@ -224,6 +254,7 @@ impl Iter {
     pub(crate) fn refuse(&mut self, e: crate::Error) {
         for ahead in [&mut self.front_ahead, &mut self.back_ahead] {
             ahead.queue.clear();
+            ahead.shared = None;
             ahead.queue.push_back(Err(e.duplicate()));
             ahead.ended = true;
         }
@@ -453,17 +484,10 @@ impl Iter {
         if let Err(e) = self.view.check_open() {
             return Some(Err(e));
         }
-        let empty = match dir {
-            Dir::Forward => self.front_ahead.queue.is_empty(),
-            Dir::Backward => self.back_ahead.queue.is_empty(),
-        };
-        if empty {
+        if self.ahead(dir).is_empty() {
             self.refill(dir);
         }
-        match dir {
-            Dir::Forward => self.front_ahead.queue.pop_front(),
-            Dir::Backward => self.back_ahead.queue.pop_front(),
-        }
+        self.ahead(dir).pop()
     }
 
     fn ahead(&mut self, dir: Dir) -> &mut Ahead {
@@ -747,11 +771,15 @@ impl Iter {
     fn queue_window(&mut self, dir: Dir, w: Window) {
         match w.ready {
             Some(Ready::Shared(shared)) => {
-                let entries = shared.entries.iter();
                 let ahead = self.ahead(dir);
-                ahead
-                    .queue
-                    .extend(entries.map(|(k, v)| Ok((k.clone(), v.clone()))));
+                if ahead.is_empty() {
+                    ahead.shared = Some((shared, 0));
+                } else {
+                    let entries = shared.entries.iter();
+                    ahead
+                        .queue
+                        .extend(entries.map(|(k, v)| Ok((k.clone(), v.clone()))));
+                }
                 return;
             }
             Some(Ready::Own(entries)) => {
@@ -813,11 +841,7 @@ impl Iter {
     /// (YCSB E's 1 KiB records) still go through windows to be loaded.
     fn front_direct(&mut self) -> Option<Result<Direct>> {
         let ahead = &self.front_ahead;
-        if self.done
-            || self.sharing
-            || !ahead.queue.is_empty()
-            || ahead.inflight.is_some()
-            || ahead.ended
+        if self.done || self.sharing || !ahead.is_empty() || ahead.inflight.is_some() || ahead.ended
         {
             return None;
         }
@@ -914,6 +938,15 @@ impl Iter {
             Some(Err(e)) => return Some(Err(e)),
             Some(Ok(Direct::Queued)) | None => {}
         }
+        if let Some(i) = self.shared_next() {
+            let (w, _) = self
+                .front_ahead
+                .shared
+                .as_ref()
+                .expect("shared_next found the front's shared window");
+            let (k, v) = &w.entries[i];
+            return Some(Ok((k.as_slice(), v.as_slice())));
+        }
         match self.next_entry()? {
             Err(e) => Some(Err(e)),
             Ok(entry) => {
@@ -921,6 +954,30 @@ impl Iter {
                 Some(Ok((k.as_slice(), v.as_slice())))
             }
         }
+    }
+
+    /// Moves the front past the next entry of its shared window and
+    /// returns its index, if it has one to yield as `next_entry` would
+    /// (else `next_entry` takes over: the window is used up, the ends
+    /// have met, or the database is closing).
+    fn shared_next(&mut self) -> Option<usize> {
+        if self.done || self.view.check_open().is_err() {
+            return None;
+        }
+        let (w, at) = self.front_ahead.shared.as_mut()?;
+        let i = *at;
+        let (k, _) = w.entries.get(i)?;
+        if self
+            .back_last
+            .as_ref()
+            .is_some_and(|b| k.as_slice() >= b.as_slice())
+        {
+            return None;
+        }
+        *at += 1;
+        remember(&mut self.front_last, k);
+        self.lent = None;
+        Some(i)
     }
 
     /// Moves the iterator so that `next` yields the first key at or after
