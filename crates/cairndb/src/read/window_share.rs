@@ -10,8 +10,8 @@
 //! with their values loaded) depends only on where it starts and on what
 //! the scan sees; so the first scan to reach a point builds the window
 //! and publishes it here, and a scan reaching the same point later takes
-//! it, each entry a key copy and a reference count, then moves its own
-//! merge past it. A scan arriving while the window is being built waits
+//! it, yields its entries out of it (`Iter::next_ref` lends them in
+//! place), and moves its own merge past it. A scan arriving while the window is being built waits
 //! for it rather than build it again; but once the builder has taken the
 //! window's entries from its merge and is loading their values, it has
 //! said where the window ends (`Lead::cut`), and the scan arriving builds
