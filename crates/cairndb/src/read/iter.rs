@@ -150,6 +150,34 @@ struct Window {
     ready: Option<Ready>,
 }
 
+impl Window {
+    /// A window whose entries are loaded already.
+    fn ready(ready: Ready) -> Window {
+        Window {
+            raw: Vec::new(),
+            loading: None,
+            failed: None,
+            ready: Some(ready),
+        }
+    }
+}
+
+/// A window's entries paired, in order, with `loaded`, the values its
+/// pointer entries loaded (one each); inline values come from the entries.
+fn pair_values(raw: Vec<Raw>, loaded: Vec<Result<Value>>) -> impl Iterator<Item = Result<Entry>> {
+    let mut loaded = loaded.into_iter();
+    raw.into_iter().map(move |(user, kind, stored)| {
+        let value = if kind == Kind::Pointer as u8 {
+            loaded
+                .next()
+                .expect("a window loads one value per pointer entry")
+        } else {
+            Ok(Value::Owned(stored.into_vec()))
+        };
+        value.map(|v| (user, v))
+    })
+}
+
 /// A window's entries, values loaded.
 enum Ready {
     /// A window in the database's `WindowShare`, built by this scan or
@@ -706,12 +734,7 @@ impl Iter {
         self.front_after = Some(last.to_vec());
         self.front_ahead.ended = w.ended;
         self.sharing = true;
-        Window {
-            raw: Vec::new(),
-            loading: None,
-            failed: None,
-            ready: Some(Ready::Shared(w)),
-        }
+        Window::ready(Ready::Shared(w))
     }
 
     /// `w`, built here where other scans may take it: its values loaded
@@ -736,20 +759,8 @@ impl Iter {
                 ready: None,
             };
         }
-        let mut values = self.view.load_finish(loading).into_iter();
-        let entries: Vec<Result<Entry>> = raw
-            .into_iter()
-            .map(|(user, kind, stored)| {
-                let value = if kind == Kind::Pointer as u8 {
-                    values
-                        .next()
-                        .expect("a window loads one value per pointer entry")
-                } else {
-                    Ok(Value::Owned(stored.into_vec()))
-                };
-                value.map(|v| (user, v))
-            })
-            .collect();
+        let entries: Vec<Result<Entry>> =
+            pair_values(raw, self.view.load_finish(loading)).collect();
         let ready = if entries.iter().all(|e| e.is_ok()) {
             let entries = entries.into_iter().flatten().collect();
             let shared = Arc::new(SharedWindow { entries, ended });
@@ -759,12 +770,7 @@ impl Iter {
         } else {
             Ready::Own(entries)
         };
-        Window {
-            raw: Vec::new(),
-            loading: None,
-            failed: None,
-            ready: Some(ready),
-        }
+        Window::ready(ready)
     }
 
     /// Waits for a window's values and queues its entries.
@@ -788,22 +794,12 @@ impl Iter {
             }
             None => {}
         }
-        let mut loaded = w
+        let loaded = w
             .loading
             .map(|l| self.view.load_finish(l))
-            .unwrap_or_default()
-            .into_iter();
+            .unwrap_or_default();
         let ahead = self.ahead(dir);
-        for (user, kind, stored) in w.raw {
-            let value = if kind == Kind::Pointer as u8 {
-                loaded
-                    .next()
-                    .expect("a window loads one value per pointer entry")
-            } else {
-                Ok(Value::Owned(stored.into_vec()))
-            };
-            ahead.queue.push_back(value.map(|v| (user, v)));
-        }
+        ahead.queue.extend(pair_values(w.raw, loaded));
         if let Some(e) = w.failed {
             ahead.queue.push_back(Err(e));
         }
