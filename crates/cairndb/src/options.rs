@@ -187,7 +187,11 @@ pub struct Options {
     /// A journal is closed, and its memtable sealed, once it holds this
     /// many bytes. With separated values a journal holds far more than
     /// its memtable; this bounds what one open replays and what one value
-    /// segment holds. Default 64 MiB.
+    /// segment holds. Default 128 MiB: with `value_partitions` at 32 a
+    /// journal's streams are then about 4 MiB each, one scan chunk
+    /// (`limits::SCAN_CHUNK_BYTES`), so a long scan reads each stream with
+    /// one request, and a load seals half as often as at 64 MiB
+    /// (docs/architecture.md §Value streams).
     pub journal_bytes: u64,
     /// Values of at least this many bytes are separated: written once, in
     /// the journal, with memtables and tables holding a pointer to them
@@ -452,7 +456,7 @@ impl Options {
             l0_stop_trigger: 12,
             level1_bytes: 256 << 20,
             level_multiplier: 10,
-            journal_bytes: 64 << 20,
+            journal_bytes: 128 << 20,
             value_separation_min: VALUE_SEPARATION_MIN_DEFAULT,
             value_partitions: 32,
             value_gc_live_ratio: 0.5,

@@ -39,6 +39,8 @@ fn settled(fs: &MemFs, n: usize) -> Db {
     let o = Options {
         fs: Arc::new(fs.clone()),
         memtable_bytes: 1 << 20,
+        // Values files roll over at this size: `N` values fill two.
+        journal_bytes: 64 << 20,
         background_compaction: false,
         value_separation_min: 1024,
         ..Options::default()
