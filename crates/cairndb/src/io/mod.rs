@@ -35,6 +35,7 @@ pub use map::Mapped;
 #[cfg(feature = "testing")]
 pub use mem::{Crash, Fault, FaultKind, MemFs, OpInfo, OpKind};
 pub use posix::PosixFs;
+pub use stage::StageRings;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -273,13 +274,16 @@ pub trait Fs: Send + Sync + 'static {
     /// ring file `stage` of `ring.0` bytes, written out in direct writes of
     /// `ring.1` bytes (`Options::journal_direct`, `journal_ring_bytes`);
     /// `None` where the backend has no such thing, and the caller keeps
-    /// its plain handle.
+    /// its plain handle. The ring is taken from `rings` if a journal
+    /// before was staged through `stage` and is wholly in its file, and
+    /// goes back there once this one is.
     fn open_staged(
         &self,
         _path: &Path,
         _stage: &Path,
         _number: u64,
         _ring: (usize, usize),
+        _rings: &StageRings,
     ) -> io::Result<Option<Box<dyn FileWrite>>> {
         Ok(None)
     }

@@ -330,10 +330,11 @@ impl Fs for PosixFs {
         stage: &Path,
         number: u64,
         ring: (usize, usize),
+        rings: &super::StageRings,
     ) -> io::Result<Option<Box<dyn FileWrite>>> {
         let read = self.open(path)?;
         Ok(Some(Box::new(super::stage::open(
-            path, stage, number, ring, read,
+            path, stage, number, ring, read, rings,
         )?)))
     }
     fn open_direct(&self, path: &Path) -> io::Result<Arc<dyn FileRead>> {

@@ -17,6 +17,10 @@
 //! from the ring, holding `reuse` shared while they copy so `flushed`
 //! cannot move under them.
 //!
+//! The mapping outlives its journal (`Ring`, `StageRings`): once a
+//! journal is wholly in its file and its writer gone, the next journal
+//! staged through the same file takes the ring still mapped.
+//!
 //! Written here rather than taken from a crate: the ring's layout is part
 //! of the on-disk format and its reuse rule is the engine's.
 
@@ -31,42 +35,72 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 const PAGE: usize = super::DIRECT_ALIGN;
 
-/// The shared mapping of the stage file.
-struct Mapping {
+/// The shared mapping of a stage file, with the file. It outlives the
+/// journal written through it: once that journal is wholly in its file
+/// and its writer is gone (nobody reads the ring of it then: readers read
+/// below `in_file` from the file), the ring goes back to the database's
+/// [`StageRings`] and the next journal or stream staged through the same
+/// file takes it as it is, its pages mapped. Mapping a ring afresh for
+/// each of them cost the contest's writers a page fault per 4 KiB of
+/// values stored into it, and a flush of the mappings at each seal.
+struct Ring {
     base: *mut u8,
     len: usize,
-    /// Set once the journal is wholly in its file and its writer is gone:
-    /// the mapping is then unmapped, as nobody touches the ring again
-    /// (readers read below `in_file` from the file). A sealed journal's
-    /// readers live as long as its values do.
-    unmapped: std::sync::atomic::AtomicBool,
+    /// Kept open while mapped (the mapping needs no descriptor, but the
+    /// file is what `StageRings` reuses).
+    _file: File,
 }
 
-// SAFETY: the mapping is plain memory shared by the threads of one journal;
-// who may write which bytes when is the ring protocol of this module
-// (appends write only at and past `appended`, below `flushed + ring`;
-// readers and the flusher read only below `appended`), and every access
-// goes through raw pointers, never through references spanning bytes
-// another thread writes.
-unsafe impl Send for Mapping {}
-unsafe impl Sync for Mapping {}
+// SAFETY: the mapping is plain memory shared by the threads of the
+// journal written through it; who may write which bytes when is the ring
+// protocol of this module (appends write only at and past `appended`,
+// below `flushed + ring`; readers and the flusher read only below
+// `appended`, and readers only above `in_file`), and every access goes
+// through raw pointers, never through references spanning bytes another
+// thread writes. A ring is bound to one journal at a time: `StageRings`
+// hands it to the next one only after the last one's writer is gone and
+// all of it is in its file, under its `reuse` lock.
+unsafe impl Send for Ring {}
+unsafe impl Sync for Ring {}
 
-impl Mapping {
-    /// Unmaps, once. Callers guarantee nobody uses the ring any more.
-    fn unmap(&self) {
-        if !self.unmapped.swap(true, Ordering::AcqRel) {
-            // SAFETY: `base`/`len` are exactly what `mmap` returned, and
-            // the swap above lets this run once.
-            unsafe {
-                let _ = rustix::mm::munmap(self.base.cast(), self.len);
-            }
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are exactly what `mmap` returned, and this
+        // runs once, when no journal can reach the ring any more.
+        unsafe {
+            let _ = rustix::mm::munmap(self.base.cast(), self.len);
         }
     }
 }
 
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        self.unmap();
+/// The rings of a database's stage files that no journal is written
+/// through now, by path, for the next journal or stream staged through
+/// the same file (`Fs::open_staged`). Dropped with the database, which
+/// unmaps them (a ring still bound to a journal's readers lives as long
+/// as they do).
+#[derive(Default, Clone)]
+pub struct StageRings {
+    idle: Arc<Mutex<std::collections::HashMap<std::path::PathBuf, Arc<Ring>>>>,
+}
+
+impl std::fmt::Debug for StageRings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StageRings")
+            .field("idle", &self.idle.lock().len())
+            .finish()
+    }
+}
+
+impl StageRings {
+    /// The idle ring of `stage`, if it is `len` bytes mapped.
+    fn take(&self, stage: &Path, len: usize) -> Option<Arc<Ring>> {
+        self.idle.lock().remove(stage).filter(|r| r.len == len)
+    }
+
+    /// Keeps `ring`, mapping `stage`, for the next journal staged through
+    /// it.
+    fn give(&self, stage: &Path, ring: Arc<Ring>) {
+        self.idle.lock().insert(stage.to_path_buf(), ring);
     }
 }
 
@@ -78,7 +112,7 @@ struct Flow {
 }
 
 struct Shared {
-    map: Mapping,
+    ring_map: Arc<Ring>,
     /// Bytes of the ring (`Options::journal_ring_bytes`), a multiple of
     /// `chunk`.
     ring: usize,
@@ -107,7 +141,7 @@ impl Shared {
         // SAFETY: `at % ring < ring` and the mapping holds the header page
         // and `ring` bytes.
         unsafe {
-            self.map
+            self.ring_map
                 .base
                 .add(HEADER_LEN + (at % self.ring as u64) as usize)
         }
@@ -148,7 +182,7 @@ impl Shared {
             // aligned; only the holder of `io` writes it, nobody in this
             // process reads it.
             unsafe {
-                AtomicU64::from_ptr(self.map.base.add(FLUSHED_AT).cast())
+                AtomicU64::from_ptr(self.ring_map.base.add(FLUSHED_AT).cast())
                     .store(at + self.chunk as u64, Ordering::Release);
             }
             {
@@ -230,6 +264,10 @@ fn flusher(shared: Arc<Shared>) {
 /// A journal appended through the ring (see the module docs).
 pub struct StagedWrite {
     shared: Arc<Shared>,
+    /// Where the ring goes once this journal is wholly in its file, and
+    /// the stage file it maps.
+    rings: StageRings,
+    stage: std::path::PathBuf,
     /// The journal opened for `fdatasync`, pre-writing and trimming.
     plain: File,
     /// The journal opened for reading, for [`StagedRead`].
@@ -255,6 +293,7 @@ pub fn open(
     number: u64,
     (ring, chunk): (usize, usize),
     read: Arc<dyn super::FileRead>,
+    rings: &StageRings,
 ) -> io::Result<StagedWrite> {
     if chunk == 0 || !chunk.is_multiple_of(PAGE) || !ring.is_multiple_of(chunk) || ring < 2 * chunk
     {
@@ -274,35 +313,13 @@ pub fn open(
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => plain.try_clone()?,
         Err(e) => return Err(e),
     };
-    let ring_file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(stage)?;
     let map_len = HEADER_LEN + ring;
-    if ring_file.metadata()?.len() != map_len as u64 {
-        ring_file.set_len(map_len as u64)?;
-    }
-    allocate(&ring_file, map_len as u64)?;
-    // SAFETY: a fresh shared read-write mapping of a file at least
-    // `map_len` long; the pointer is kept in `Mapping`, which unmaps it.
-    let base = unsafe {
-        rustix::mm::mmap(
-            std::ptr::null_mut(),
-            map_len,
-            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-            rustix::mm::MapFlags::SHARED,
-            &ring_file,
-            0,
-        )?
+    let ring_map = match rings.take(stage, map_len) {
+        Some(r) => r,
+        None => Arc::new(map_ring(stage, map_len)?),
     };
     let shared = Arc::new(Shared {
-        map: Mapping {
-            base: base.cast(),
-            len: map_len,
-            unmapped: std::sync::atomic::AtomicBool::new(false),
-        },
+        ring_map,
         ring,
         chunk,
         appended: AtomicU64::new(0),
@@ -320,6 +337,8 @@ pub fn open(
         .spawn(move || flusher(worker))?;
     Ok(StagedWrite {
         shared,
+        rings: rings.clone(),
+        stage: stage.to_path_buf(),
         read,
         plain,
         number,
@@ -328,6 +347,38 @@ pub fn open(
         size,
         reserved: size,
         flusher: Some(flusher),
+    })
+}
+
+/// Maps the stage file `stage`, `len` bytes (made so if it is not),
+/// every byte of it with a block on the device (`allocate`).
+fn map_ring(stage: &Path, len: usize) -> io::Result<Ring> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(stage)?;
+    if file.metadata()?.len() != len as u64 {
+        file.set_len(len as u64)?;
+    }
+    allocate(&file, len as u64)?;
+    // SAFETY: a fresh shared read-write mapping of a file at least `len`
+    // long; the pointer is kept in `Ring`, which unmaps it.
+    let base = unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            len,
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::SHARED,
+            &file,
+            0,
+        )?
+    };
+    Ok(Ring {
+        base: base.cast(),
+        len,
+        _file: file,
     })
 }
 
@@ -389,7 +440,11 @@ impl super::FileWrite for StagedWrite {
             // SAFETY: the header page is the mapping's first page; only
             // the appender writes it, and nobody reads it in this process.
             unsafe {
-                std::ptr::copy_nonoverlapping(header.as_ptr(), self.shared.map.base, HEADER_USED);
+                std::ptr::copy_nonoverlapping(
+                    header.as_ptr(),
+                    self.shared.ring_map.base,
+                    HEADER_USED,
+                );
             }
             self.bound = true;
         }
@@ -515,8 +570,16 @@ impl Drop for StagedWrite {
         // where recovery finds it (and readers, in this process).
         if self.shared.failed().is_ok() && self.shared.write_all().is_ok() {
             // The flusher is gone and no append comes; readers read below
-            // `in_file`, which is now `appended`, from the file alone.
-            self.shared.map.unmap();
+            // `in_file`, which is now `appended`, from the file alone (they
+            // look at `in_file` under `reuse`, which this waits for), so
+            // the ring may take the next journal's bytes.
+            let _reuse = self.shared.reuse.write();
+            assert_eq!(
+                self.shared.in_file.load(Ordering::Acquire),
+                self.shared.appended.load(Ordering::Acquire),
+                "a staged journal is wholly in its file before its ring is reused"
+            );
+            self.rings.give(&self.stage, self.shared.ring_map.clone());
         }
     }
 }
@@ -541,6 +604,12 @@ impl super::FileRead for StagedRead {
             ));
         }
         let reuse = s.reuse.read();
+        // Looked at again under `reuse`: once the writer has gone and
+        // given the ring to another journal, everything is in the file.
+        if end <= s.in_file.load(Ordering::Acquire) {
+            drop(reuse);
+            return self.file.read_exact_at(buf, offset);
+        }
         let split = s.flushed.load(Ordering::Acquire).clamp(offset, end);
         let (low, high) = buf.split_at_mut((split - offset) as usize);
         // Ring bytes from `split` on are not reused while `reuse` is held
@@ -613,10 +682,22 @@ mod tests {
     }
 
     fn staged_at(dir: &Path, name: &str, number: u64) -> StagedWrite {
+        staged_with(dir, name, number, &StageRings::default())
+    }
+
+    fn staged_with(dir: &Path, name: &str, number: u64, rings: &StageRings) -> StagedWrite {
         let path = dir.join(name);
         File::create(&path).unwrap();
         let read = crate::io::Fs::open(&crate::io::PosixFs, &path).unwrap();
-        open(&path, &dir.join("STAGE"), number, (RING, CHUNK), read).unwrap()
+        open(
+            &path,
+            &dir.join("STAGE"),
+            number,
+            (RING, CHUNK),
+            read,
+            rings,
+        )
+        .unwrap()
     }
 
     fn staged(dir: &Path, number: u64) -> StagedWrite {
@@ -753,5 +834,58 @@ mod tests {
         w.append(b"two").unwrap();
         assert_eq!(header(dir.path()).journal, 2);
         assert_eq!(header(dir.path()).flushed, 0);
+    }
+
+    #[test]
+    fn a_ring_goes_to_the_next_journal_once_the_last_is_in_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let rings = StageRings::default();
+        let mut w = staged_with(dir.path(), "j1", 1, &rings);
+        let reader = w.reader().unwrap();
+        let first = bytes(5, 2 * CHUNK + 777);
+        w.append(&first).unwrap();
+        let base = w.shared.ring_map.base;
+        // Bound to a live journal: not idle.
+        assert!(rings.idle.lock().is_empty());
+        drop(w);
+        assert_eq!(
+            rings.idle.lock().len(),
+            1,
+            "the ring is idle once its journal is in its file"
+        );
+        let mut w = staged_with(dir.path(), "j2", 2, &rings);
+        assert_eq!(
+            w.shared.ring_map.base, base,
+            "the next journal takes the idle ring"
+        );
+        assert!(rings.idle.lock().is_empty());
+        let second = bytes(6, CHUNK + 99);
+        w.append(&second).unwrap();
+        // The first journal's reader reads its file, not the ring the
+        // second one overwrites.
+        let mut got = vec![0u8; first.len()];
+        reader.read_exact_at(&mut got, 0).unwrap();
+        assert!(got == first);
+        let mut got = vec![0u8; second.len()];
+        w.reader().unwrap().read_exact_at(&mut got, 0).unwrap();
+        assert!(got == second);
+        w.sync().unwrap();
+        let stage = std::fs::read(dir.path().join("STAGE")).unwrap();
+        assert_eq!(
+            decode_header(&stage, stage.len() as u64).unwrap().journal,
+            2
+        );
+    }
+
+    #[test]
+    fn a_ring_whose_journal_failed_is_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let rings = StageRings::default();
+        let mut w = staged_with(dir.path(), "j1", 1, &rings);
+        w.append(&bytes(7, 100)).unwrap();
+        w.shared.fail(&io::Error::other("injected"));
+        drop(w);
+        // Its bytes may be in the ring alone, where its readers find them.
+        assert!(rings.idle.lock().is_empty());
     }
 }

@@ -65,6 +65,9 @@ pub struct Reaper {
     /// The staging ring slots new value streams are written through
     /// (`Options::journal_direct`), if any.
     pub stream_stages: Option<streams::StageSlots>,
+    /// The mapped rings of the stage files above that no journal or
+    /// stream is written through now (`io::StageRings`).
+    pub rings: crate::io::StageRings,
     /// Set when the database is closed, before its lock is released:
     /// from then on another handle may own the directory, so files that
     /// become obsolete as leftover snapshots and iterators let go are
@@ -93,6 +96,7 @@ impl Reaper {
             recycled: std::sync::atomic::AtomicU64::new(0),
             stage: None,
             stream_stages: None,
+            rings: crate::io::StageRings::default(),
             closed: std::sync::atomic::AtomicBool::new(false),
             deferred: parking_lot::Mutex::new(Vec::new()),
         }
@@ -147,6 +151,7 @@ impl Reaper {
                 stage,
                 number,
                 (*ring, crate::limits::JOURNAL_CHUNK_BYTES),
+                &self.rings,
             )?
         {
             return Ok(staged);

@@ -486,6 +486,7 @@ impl Streams {
                 crate::limits::STREAM_RING_BYTES,
                 crate::limits::STREAM_CHUNK_BYTES,
             ),
+            &self.reaper.rings,
         ) {
             Ok(Some(staged)) => {
                 let reader = staged.reader();
