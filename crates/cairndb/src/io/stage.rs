@@ -35,20 +35,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 const PAGE: usize = super::DIRECT_ALIGN;
 
-/// The shared mapping of a stage file, with the file. It outlives the
-/// journal written through it: once that journal is wholly in its file
-/// and its writer is gone (nobody reads the ring of it then: readers read
-/// below `in_file` from the file), the ring goes back to the database's
-/// [`StageRings`] and the next journal or stream staged through the same
-/// file takes it as it is, its pages mapped. Mapping a ring afresh for
-/// each of them cost the contest's writers a page fault per 4 KiB of
-/// values stored into it, and a flush of the mappings at each seal.
+/// The shared mapping of a stage file. It outlives the journal written
+/// through it: once that journal is wholly in its file and its writer is
+/// gone (nobody reads the ring of it then: readers read below `in_file`
+/// from the file), the ring goes back to the database's [`StageRings`]
+/// and the next journal or stream staged through the same file takes it
+/// as it is, its pages mapped. Mapping a ring afresh for each of them
+/// cost the contest's writers a page fault per 4 KiB of values stored
+/// into it, and an unmap of each at its seal.
 struct Ring {
     base: *mut u8,
     len: usize,
-    /// Kept open while mapped (the mapping needs no descriptor, but the
-    /// file is what `StageRings` reuses).
-    _file: File,
 }
 
 // SAFETY: the mapping is plain memory shared by the threads of the
@@ -378,7 +375,6 @@ fn map_ring(stage: &Path, len: usize) -> io::Result<Ring> {
     Ok(Ring {
         base: base.cast(),
         len,
-        _file: file,
     })
 }
 
