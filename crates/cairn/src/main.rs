@@ -67,9 +67,9 @@ enum Cmd {
     /// (internal) hold memory resident until stdin closes (memory cap).
     #[command(hide = true)]
     Balloon { bytes: u64 },
-    /// (internal) the contest's read phases, in a fresh process.
+    /// (internal) some of the contest's phases, in a fresh process.
     #[command(hide = true)]
-    ContestRead(bench::workloads::contest::ReadArgs),
+    ContestPhases(bench::workloads::contest::PhasesArgs),
     /// (internal) one txn-scaling point alone, for a profiler.
     #[command(hide = true)]
     TxnProbe(bench::workloads::txn_scaling::ProbeArgs),
@@ -303,8 +303,8 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench::run(a).map_err(|e| e as Box<dyn std::error::Error>),
         Cmd::Balloon { bytes } => bench::workloads::contest::balloon_main(bytes)
             .map_err(|e| e as Box<dyn std::error::Error>),
-        Cmd::ContestRead(a) => {
-            bench::workloads::contest::read_main(a).map_err(|e| e as Box<dyn std::error::Error>)
+        Cmd::ContestPhases(a) => {
+            bench::workloads::contest::phases_main(a).map_err(|e| e as Box<dyn std::error::Error>)
         }
         Cmd::TxnProbe(a) => {
             bench::workloads::txn_scaling::probe(&a).map_err(|e| e as Box<dyn std::error::Error>)

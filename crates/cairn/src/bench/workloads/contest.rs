@@ -25,10 +25,13 @@
 //! caps a process, or where that cannot be made, a resident "balloon"
 //! allocation that holds all other memory (`Balloon`).
 //!
-//! The read phases run in a fresh process (`cairn contest-read`, hidden),
-//! as in the contest, where the engine was killed between phases: nothing
-//! the writer process cached survives. The child reports its rows and
-//! timelines back as JSON (`bench::wire`).
+//! The write phase and the read phases each run in a fresh process
+//! (`cairn contest-phases`, hidden), as in the contest, where the engine
+//! was killed between phases: nothing the writer process cached survives.
+//! A child reports its rows and timelines back as JSON (`bench::wire`).
+//! An engine that outgrows the memory cap has its process killed by the
+//! kernel's OOM killer: its phases fail with a row that says so, and the
+//! run goes on with the next engine.
 
 use super::{
     Ctx, Outcome, Rng, Share, check_value, checked_scan, checked_visit, make_key, make_value,
@@ -275,19 +278,17 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
     }
 
     let client = client_alone(cfg)?;
-    ctx.fresh()?;
-    // Device bytes written from here to the end of the settle phase, for
-    // the whole workload's write amplification.
-    let written_before = monitor::disk_bytes(ctx.disk.as_deref()).1;
-    ctx.phase(
-        "contest",
-        "write",
-        "MB/s",
-        Some(("seq write".into(), dev.seq_write / 1e6)),
-        |db, p| put_every_key(db, p, cfg, 0),
-    );
-    set_target(ctx, WRITE_TARGET);
-    if let Some(row) = ctx.rows.last_mut() {
+    ctx.next_dir();
+    if let Err(why) = run_child(ctx, cfg, dev, Phases::Write, cap.as_ref()) {
+        fail_rows(ctx, &["write"], &why);
+        return Ok(());
+    }
+    if let Some(row) = ctx
+        .rows
+        .iter_mut()
+        .rev()
+        .find(|r| r.workload == "contest" && r.phase == "write")
+    {
         let of = if dev.seq_write > 0.0 {
             format!(" = {:.2} of seq write", client / dev.seq_write)
         } else {
@@ -299,18 +300,33 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         );
         row.add_note(note);
     }
+    read_and_total(ctx, cfg, dev, cap)
+}
+
+/// The write phase (with extras, also fresh-range, overwrite and settle)
+/// on the empty database `ctx` has open, then the close: what the
+/// `cairn contest-phases --phases write` process does.
+fn write_phases(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
+    let n = cfg.keys.max(1);
+    let data = n * (8 + cfg.value_len) as u64;
+    // Device bytes written from here to the end of the settle phase, for
+    // the whole workload's write amplification.
+    let written_before = monitor::disk_bytes(ctx.disk.as_deref()).1;
+    ctx.phase(
+        "contest",
+        "write",
+        "MB/s",
+        Some(("seq write".into(), dev.seq_write / 1e6)),
+        |db, p| put_every_key(db, p, cfg, 0),
+    );
+    set_target(ctx, WRITE_TARGET);
     if !cfg.extras {
         // As the contest: the writer's process ends here.
         ctx.close();
-        if let Some(row) = ctx
-            .rows
-            .iter_mut()
-            .rev()
-            .find(|r| r.workload == "contest" && r.phase == "write")
-        {
+        if let Some(row) = ctx.rows.last_mut() {
             row.space_amp = Some(monitor::dir_bytes(&ctx.dir) as f64 / data.max(1) as f64);
         }
-        return read_and_total(ctx, cfg, dev, cap);
+        return Ok(());
     }
     ctx.flush_and_measure_space(data)?;
     // The values lie in write order, random in key order: a scan of them
@@ -350,7 +366,22 @@ pub fn run(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
         }
     }
     ctx.close();
-    read_and_total(ctx, cfg, dev, cap)
+    Ok(())
+}
+
+/// Rows of `phases` that failed for `why` (a child process that died
+/// and left none).
+fn fail_rows(ctx: &mut Ctx, phases: &[&str], why: &str) {
+    for phase in phases {
+        ctx.rows.push(Row {
+            engine: ctx.engine_name.clone(),
+            workload: "contest".into(),
+            phase: (*phase).to_owned(),
+            failure: Some(why.to_owned()),
+            unit: "MB/s",
+            ..Row::default()
+        });
+    }
 }
 
 /// The engine is closed: drops the page cache, runs the read phases in a
@@ -370,7 +401,9 @@ fn read_and_total(
             "NOT dropped (needs root)"
         }
     );
-    let child = read_in_child(ctx, cfg, dev);
+    if let Err(why) = run_child(ctx, cfg, dev, Phases::Read, cap.as_ref()) {
+        fail_rows(ctx, &["read", "range"], &why);
+    }
     if let Some(Cap::Balloon(mut b)) = cap
         && !b.holding()
     {
@@ -379,7 +412,6 @@ fn read_and_total(
             row.failure.get_or_insert_with(|| lost.to_owned());
         }
     }
-    child?;
     let engine = ctx
         .rows
         .iter()
@@ -568,12 +600,47 @@ fn overwrite_phases(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchRes
     ctx.flush_and_measure_space(data)
 }
 
-/// Runs the read and range phases in a fresh `cairn contest-read`
-/// process on the database the write phase left, and adds its rows.
-fn read_in_child(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult<()> {
-    let result = ctx.root.join("contest-read.json");
-    let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("contest-read")
+/// Which of the contest's phases a child process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Phases {
+    /// The write phase on an empty database (with extras, also
+    /// fresh-range, overwrite and settle), then the close.
+    Write,
+    /// The read phase (with extras, multi-read), then range.
+    Read,
+}
+
+impl CgroupCap {
+    /// Processes the kernel's OOM killer has killed in this cgroup.
+    fn oom_kills(&self) -> Option<u64> {
+        let text = std::fs::read_to_string(self.dir.join("memory.oom_control")).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+    }
+}
+
+/// Runs `phases` in a fresh `cairn contest-phases` process on the
+/// database at `ctx.dir` and adds its rows and timelines. A child that
+/// dies (an engine that outgrows the memory cap is killed by the OOM
+/// killer) costs its own phases, not the run: `Err` says what happened.
+fn run_child(
+    ctx: &mut Ctx,
+    cfg: &Config,
+    dev: &DeviceLimits,
+    phases: Phases,
+    cap: Option<&Cap>,
+) -> Result<(), String> {
+    let result = ctx.root.join("contest-phases.json");
+    let _ = std::fs::remove_file(&result);
+    let exe = std::env::current_exe().map_err(|e| format!("no path to this program: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("contest-phases")
+        .arg("--phases")
+        .arg(match phases {
+            Phases::Write => "write",
+            Phases::Read => "read",
+        })
         .arg("--engine")
         .arg(&ctx.engine_name)
         .arg("--dir")
@@ -588,12 +655,19 @@ fn read_in_child(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult
         .arg(cfg.value_len.to_string())
         .arg("--seed")
         .arg(cfg.seed.to_string())
+        .arg("--settle")
+        .arg(match cfg.settle {
+            Settle::Compact => "compact",
+            Settle::Idle => "idle",
+        })
         .arg("--cache-bytes")
         .arg(ctx.engine_cfg.cache_bytes.to_string())
         .arg("--write-buffer-bytes")
         .arg(ctx.engine_cfg.write_buffer_bytes.to_string())
         .arg("--compression")
         .arg(ctx.engine_cfg.compression.name())
+        .arg("--seq-write")
+        .arg(dev.seq_write.to_string())
         .arg("--rand-read-4k")
         .arg(dev.rand_read_4k.to_string())
         .arg("--rand-read-4k-qd")
@@ -609,26 +683,50 @@ fn read_in_child(ctx: &mut Ctx, cfg: &Config, dev: &DeviceLimits) -> BenchResult
     if ctx.quiet {
         cmd.arg("--quiet");
     }
-    let status = cmd.status()?;
+    let kills_before = match cap {
+        Some(Cap::Cgroup(c)) => c.oom_kills(),
+        _ => None,
+    };
+    let status = cmd
+        .status()
+        .map_err(|e| format!("the phases' process did not start: {e}"))?;
     if !status.success() {
-        return Err(format!("contest-read child failed: {status}").into());
+        let kills = match cap {
+            Some(Cap::Cgroup(c)) => c.oom_kills().zip(kills_before).map(|(a, b)| a - b),
+            _ => None,
+        };
+        let mut why = format!("the phases' process failed ({status})");
+        if let Some(k) = kills.filter(|&k| k > 0) {
+            why.push_str(&format!(
+                "; the memory cgroup's OOM killer killed {k} process(es): the engine outgrew \
+                 the {} MiB memory cap",
+                cfg.mem_cap >> 20
+            ));
+        }
+        return Err(why);
     }
-    let text = std::fs::read_to_string(&result)?;
-    let v: serde_json::Value = serde_json::from_str(&text)?;
-    for r in v["rows"].as_array().into_iter().flatten() {
-        ctx.rows.push(wire::row_from_json(r)?);
-    }
-    for t in v["timelines"].as_array().into_iter().flatten() {
-        let label = t["label"].as_str().unwrap_or("?").to_owned();
-        ctx.timelines
-            .push((label, wire::samples_from_json(&t["samples"])));
-    }
-    Ok(())
+    let mut read = || -> BenchResult<()> {
+        let text = std::fs::read_to_string(&result)?;
+        let v: serde_json::Value = serde_json::from_str(&text)?;
+        for r in v["rows"].as_array().into_iter().flatten() {
+            ctx.rows.push(wire::row_from_json(r)?);
+        }
+        for t in v["timelines"].as_array().into_iter().flatten() {
+            let label = t["label"].as_str().unwrap_or("?").to_owned();
+            ctx.timelines
+                .push((label, wire::samples_from_json(&t["samples"])));
+        }
+        Ok(())
+    };
+    read().map_err(|e| format!("the phases' results could not be read: {e}"))
 }
 
-/// `cairn contest-read`: the contest's read phases in a fresh process.
+/// `cairn contest-phases`: some of the contest's phases in a fresh
+/// process.
 #[derive(clap::Args, Debug)]
-pub struct ReadArgs {
+pub struct PhasesArgs {
+    #[arg(long, value_enum)]
+    phases: Phases,
     #[arg(long)]
     engine: String,
     #[arg(long)]
@@ -643,6 +741,8 @@ pub struct ReadArgs {
     value_len: usize,
     #[arg(long)]
     seed: u64,
+    #[arg(long, value_enum, default_value_t = Settle::Compact)]
+    settle: Settle,
     #[arg(long)]
     cache_bytes: usize,
     #[arg(long)]
@@ -651,12 +751,14 @@ pub struct ReadArgs {
     #[arg(long, value_enum, default_value_t = Compression::None)]
     compression: Compression,
     #[arg(long)]
+    seq_write: f64,
+    #[arg(long)]
     rand_read_4k: f64,
     #[arg(long)]
     rand_read_4k_qd: f64,
     #[arg(long)]
     seq_read: f64,
-    /// Run the read phases the contest did not have (multi-read).
+    /// Run the phases the contest did not have.
     #[arg(long)]
     extras: bool,
     #[arg(long)]
@@ -665,19 +767,20 @@ pub struct ReadArgs {
     quiet: bool,
 }
 
-/// Entry point of `cairn contest-read`.
-pub fn read_main(args: ReadArgs) -> BenchResult<()> {
+/// Entry point of `cairn contest-phases`.
+pub fn phases_main(args: PhasesArgs) -> BenchResult<()> {
     let cfg = Config {
         keys: args.keys,
         threads: args.threads,
         value_len: args.value_len,
+        // The parent holds the cap; this process runs inside it.
         mem_cap: 0,
         seed: args.seed,
-        // The read phases do not settle.
-        settle: Settle::Compact,
+        settle: args.settle,
         extras: args.extras,
     };
     let dev = DeviceLimits {
+        seq_write: args.seq_write,
         rand_read_4k: args.rand_read_4k,
         rand_read_4k_qd: args.rand_read_4k_qd,
         seq_read: args.seq_read,
@@ -688,8 +791,12 @@ pub fn read_main(args: ReadArgs) -> BenchResult<()> {
         write_buffer_bytes: args.write_buffer_bytes,
         compression: args.compression,
     };
+    // On an empty directory the engine creates its database.
     let mut ctx = Ctx::attach(&args.engine, engine_cfg, args.dir, args.disk, args.quiet)?;
-    read_phases(&mut ctx, &cfg, &dev);
+    match args.phases {
+        Phases::Write => write_phases(&mut ctx, &cfg, &dev)?,
+        Phases::Read => read_phases(&mut ctx, &cfg, &dev),
+    }
     let timelines: Vec<_> = ctx
         .timelines
         .iter()

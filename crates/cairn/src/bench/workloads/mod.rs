@@ -121,16 +121,24 @@ impl Ctx {
 
     /// Closes and deletes the current database and opens an empty one.
     pub fn fresh(&mut self) -> BenchResult<()> {
-        self.engine = None;
-        let _ = std::fs::remove_dir_all(&self.dir);
-        self.generation += 1;
-        self.dir = self.root.join(format!("db{}", self.generation));
+        self.next_dir();
         self.engine = Some(Arc::from(engine::open(
             &self.engine_name,
             &self.dir,
             &self.engine_cfg,
         )?));
         Ok(())
+    }
+
+    /// Closes and deletes the current database and moves to a new, empty
+    /// directory without opening it (for a child process to create the
+    /// database there).
+    pub fn next_dir(&mut self) -> &std::path::Path {
+        self.engine = None;
+        let _ = std::fs::remove_dir_all(&self.dir);
+        self.generation += 1;
+        self.dir = self.root.join(format!("db{}", self.generation));
+        &self.dir
     }
 
     /// Closes the current database and opens it again.
