@@ -437,3 +437,40 @@ fn a_long_scan_reads_the_next_key_ranges_streams_ahead() {
         "two scans read {all} stream chunks for {total} streams of one chunk"
     );
 }
+
+/// The first journal after open has one stream (there is no sample to cut
+/// it by); it is full once it has sampled enough keys to cut the next
+/// one, not at `journal_bytes`, so a scan of any key range does not need
+/// a whole journal's values.
+#[test]
+fn the_first_journal_ends_once_its_keys_can_cut_the_next() {
+    let fs = MemFs::new();
+    let db = Db::open(
+        dir(),
+        Options {
+            memtable_bytes: 64 << 20,
+            journal_bytes: 64 << 20,
+            ..opts(&fs)
+        },
+    )
+    .expect("open");
+    let n = 2000;
+    for i in (0..n).map(|i| (i * 337) % n) {
+        db.put(key(i), value(i, 0)).expect("put");
+    }
+    // 8 MiB of values, far from the 64 MiB a journal holds: without the
+    // cut, one journal with one stream.
+    let names = streams(&fs);
+    assert!(names.len() >= 3, "the first journal was not cut: {names:?}");
+    let first = cairndb::io::read_all(&fs, &dir().join(&names[0])).expect("read");
+    assert!(
+        first.len() < n * BIG / 2,
+        "the first stream holds {} of {} bytes",
+        first.len(),
+        n * BIG
+    );
+    check(&db, n, 0, "memtables");
+    db.close().expect("close");
+    let db = Db::open(dir(), opts(&fs)).expect("reopen");
+    check(&db, n, 0, "reopened");
+}

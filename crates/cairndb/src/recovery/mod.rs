@@ -165,8 +165,8 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
         &opts,
         &reaper,
     );
-    // The new journal's value streams: one, until a sealed journal's
-    // keys show where to cut.
+    // The new journal's value streams: one, until its keys show where to
+    // cut the next (`Streams::cut_due`).
     let streams = (opts.value_partitions > 0).then(|| {
         let first = new_number();
         Arc::new(crate::version::streams::Streams::new(
@@ -174,6 +174,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<Opened> {
             journal_number,
             first,
             Vec::new(),
+            opts.value_partitions,
             crate::version::streams::stage_new_streams(
                 &opts,
                 rec.version.value_bytes_live(),

@@ -54,6 +54,19 @@ const BARREN_SAMPLE: u64 = 16;
 /// separated value in `SAMPLE_EVERY` (by hash), up to `SAMPLE_MAX` keys.
 const SAMPLE_EVERY: u64 = 16;
 const SAMPLE_MAX: usize = 4096;
+/// A journal of one stream (no sample to cut it by yet: the first after
+/// open) is full once it has sampled this many keys per partition wanted
+/// (`Streams::cut_due`), so the next journal is cut into key ranges. A
+/// journal of one stream holds every key range's values in write order,
+/// and a long scan over any key range needs all of it: the contest's
+/// scaled-down range phase (1 GiB of values, 128 MiB journals, 512 MiB
+/// cap) held the whole 128 MiB first stream beside the key ranges it was
+/// in, which left its eight scanners room for only a few ranges, and
+/// scanners drifting apart read their values alone. Cut after 8 samples
+/// per partition (256 keys at 32, about 4,096 values, 16 MiB of 4 KiB
+/// values), the next journal's ranges come within about a third of an
+/// even split, and the journal after it is cut by up to 4,096 keys.
+const SAMPLE_PER_PART_TO_CUT: usize = 8;
 
 /// The staging ring slots of value streams (`files::stream_stage`), one
 /// per stream being appended to: a slot is taken when a stream is created
@@ -193,6 +206,11 @@ pub(crate) struct Streams {
     /// Values not tried while `misses` is past `BARREN_AFTER`.
     skipped: AtomicU64,
     sample: Mutex<Vec<Vec<u8>>>,
+    /// Keys sampled after which this journal is full, if it has one
+    /// stream and more are wanted (`SAMPLE_PER_PART_TO_CUT`), and whether
+    /// they have been.
+    cut_at: Option<usize>,
+    cut_due: AtomicBool,
     reaper: Arc<Reaper>,
 }
 
@@ -216,14 +234,19 @@ struct PartFile {
 impl Streams {
     /// The streams of journal `journal`, with file numbers
     /// `first..first + bounds.len() + 1`; files are created on first use,
-    /// staged through ring slots if `stage` (`Streams::staged`).
+    /// staged through ring slots if `stage` (`Streams::staged`). With no
+    /// bounds and `partitions` (`Options::value_partitions`) of 2 or more,
+    /// the journal is full once its sample can cut them (`cut_due`).
     pub fn new(
         reaper: &Arc<Reaper>,
         journal: u64,
         first: u64,
         bounds: Vec<Vec<u8>>,
+        partitions: usize,
         stage: bool,
     ) -> Streams {
+        let cut_at = (bounds.is_empty() && partitions >= 2)
+            .then(|| (partitions * SAMPLE_PER_PART_TO_CUT).min(SAMPLE_MAX));
         debug_assert!(bounds.windows(2).all(|w| w[0] < w[1]));
         let parts = (0..=bounds.len())
             .map(|_| Part {
@@ -244,8 +267,16 @@ impl Streams {
             misses: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             sample: Mutex::new(Vec::new()),
+            cut_at,
+            cut_due: AtomicBool::new(false),
             reaper: reaper.clone(),
         }
+    }
+
+    /// This journal has one stream and has sampled enough keys to cut the
+    /// next one into key ranges: it is full (`Journal::is_full`).
+    pub fn cut_due(&self) -> bool {
+        self.cut_due.load(Ordering::Relaxed)
     }
 
     /// Value bytes appended so far.
@@ -390,6 +421,9 @@ impl Streams {
             if sample.len() < SAMPLE_MAX {
                 sample.push(key.to_vec());
             }
+            if self.cut_at.is_some_and(|at| sample.len() >= at) {
+                self.cut_due.store(true, Ordering::Relaxed);
+            }
         }
         Some(ValuePtr {
             codec,
@@ -533,7 +567,8 @@ mod tests {
             Box::new(|_| {}),
         ));
         let bounds = bounds.iter().map(|b| b.as_bytes().to_vec()).collect();
-        (fs, Streams::new(&reaper, 5, 10, bounds, false))
+        let partitions = bounds.len() + 1;
+        (fs, Streams::new(&reaper, 5, 10, bounds, partitions, false))
     }
 
     /// Values of at least `min` bytes are separated, in every keyspace.
@@ -610,7 +645,7 @@ mod tests {
             0,
             Box::new(|_| {}),
         ));
-        let s = Streams::new(&reaper, 5, 10, Vec::new(), false);
+        let s = Streams::new(&reaper, 5, 10, Vec::new(), 1, false);
         s.place(&batch(&[("a", 4096)]), &rule(1024))
             .expect("placed");
         let path = files::stream(tmp.path(), 10);
@@ -645,7 +680,7 @@ mod tests {
             names.sort();
             names
         };
-        let first = Streams::new(&reaper, 5, 10, vec![b"m".to_vec()], true);
+        let first = Streams::new(&reaper, 5, 10, vec![b"m".to_vec()], 2, true);
         let placed = first
             .place(&batch(&[("a", 4096), ("z", 4096)]), &rule(1024))
             .expect("placed");
@@ -664,7 +699,7 @@ mod tests {
             a.offset + u64::from(a.len),
             "wholly in its file"
         );
-        let next = Streams::new(&reaper, 20, 30, Vec::new(), true);
+        let next = Streams::new(&reaper, 20, 30, Vec::new(), 1, true);
         next.place(&batch(&[("b", 4096)]), &rule(1024))
             .expect("placed");
         assert_eq!(slots(), ["STAGE-000", "STAGE-001"], "a slot reused");

@@ -132,9 +132,10 @@ impl Journal {
     /// more (a full journal seals its memtable).
     pub fn is_full(&self, limit: u64) -> bool {
         let streamed = self.streams.as_ref().map_or(0, |s| s.bytes());
+        let cut_due = self.streams.as_ref().is_some_and(|s| s.cut_due());
         self.file
             .as_ref()
-            .is_some_and(|f| f.len() + streamed >= limit)
+            .is_some_and(|f| cut_due || f.len() + streamed >= limit)
     }
 
     pub fn recent(&self) -> &RecentWrites {

@@ -725,6 +725,7 @@ impl Inner {
             journal,
             first,
             bounds,
+            partitions,
             self.stage_streams(),
         )))
     }
