@@ -566,7 +566,7 @@ mod tests {
             0,
             Box::new(|_| {}),
         ));
-        let bounds = bounds.iter().map(|b| b.as_bytes().to_vec()).collect();
+        let bounds: Vec<Vec<u8>> = bounds.iter().map(|b| b.as_bytes().to_vec()).collect();
         let partitions = bounds.len() + 1;
         (fs, Streams::new(&reaper, 5, 10, bounds, partitions, false))
     }
