@@ -415,6 +415,8 @@ impl Db {
             scan_stream_chunk_reads: inner.share.streams.reads().0,
             scan_stream_bytes_read: inner.share.streams.reads().1,
             scan_stream_chunk_waits: inner.share.streams.waits(),
+            scan_stream_paced: inner.share.streams.paced().0,
+            scan_stream_paced_micros: inner.share.streams.paced().1,
             scan_windows_published: inner.share.windows.counts().0,
             scan_windows_taken: inner.share.windows.counts().1,
             value_bytes_moved: inner.counters.value_bytes_moved.load(Ordering::Relaxed),
@@ -585,6 +587,11 @@ pub struct Stats {
     /// Times a long scan waited for a stream chunk being read for another
     /// scan (or read ahead for its own window).
     pub scan_stream_chunk_waits: u64,
+    /// Stream chunks a long scan waited for the scans behind it before
+    /// taking, so as not to drop a chunk they still needed, and the
+    /// microseconds those waits took (`read/stream_share.rs`).
+    pub scan_stream_paced: u64,
+    pub scan_stream_paced_micros: u64,
     /// Windows of entries long scans built where other scans at the same
     /// point of the same view could take them, and windows scans took
     /// that another had built (`read/window_share.rs`) since open.

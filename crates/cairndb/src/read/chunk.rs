@@ -275,6 +275,30 @@ impl<const SPARE: usize, const DRAINING: usize> Recycler<SPARE, DRAINING> {
         }
     }
 
+    /// Bytes of the spares' buffers.
+    pub(crate) fn spare_bytes(&self) -> u64 {
+        let spare = self.spare.lock();
+        spare.iter().map(|c| c.capacity() as u64).sum()
+    }
+
+    /// Unmaps spares, the last kept first, until those left take at most
+    /// `keep` bytes.
+    pub(crate) fn trim_bytes(&self, keep: u64) {
+        let gone: Vec<Chunk> = {
+            let mut spare = self.spare.lock();
+            let mut total = 0u64;
+            let at = spare
+                .iter()
+                .position(|c| {
+                    total += c.capacity() as u64;
+                    total > keep
+                })
+                .unwrap_or(spare.len());
+            spare.split_off(at)
+        };
+        drop(gone);
+    }
+
     /// Unmaps the spares past the first `keep`.
     pub(crate) fn trim(&self, keep: usize) {
         let gone: Vec<Chunk> = {

@@ -13,6 +13,7 @@ use super::chunk::Value;
 use super::cursor::{Cursor, Dir, LevelCursor, MemCursor, MergeCursor, table_cursor};
 use super::prefetch::Loading;
 use super::share::Scan;
+use super::stream_share::key_point;
 use super::window_share::{Found, Lead, SharedWindow, WindowKey};
 use crate::Result;
 use crate::format::key::{self, Kind};
@@ -642,6 +643,10 @@ impl Iter {
             .filter(|(_, kind, _)| *kind == Kind::Pointer as u8)
             .map(|(_, _, stored)| stored.as_slice())
             .collect();
+        if let (Some(first), Some(last)) = (raw.first(), raw.last()) {
+            self.scan
+                .set_window(key_point(&first.0), key_point(&last.0));
+        }
         (!pointers.is_empty()).then(|| self.view.load_start(&pointers, overlap, &self.scan))
     }
 
@@ -730,6 +735,13 @@ impl Iter {
     /// when the front next reads alone.
     fn take_shared(&mut self, w: Arc<SharedWindow>) -> Window {
         let (last, _) = w.entries.last().expect("a shared window is not empty");
+        if self.scan.is_long() {
+            let (first, _) = w.entries.first().expect("a shared window is not empty");
+            self.view
+                .share
+                .streams
+                .at(self.scan.id(), key_point(first));
+        }
         self.front = None;
         self.front_after = Some(last.to_vec());
         self.front_ahead.ended = w.ended;

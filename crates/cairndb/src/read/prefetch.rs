@@ -203,7 +203,7 @@ impl ReadView {
                     }
                 }
             }
-            streams.start(&wanted, reader);
+            streams.start(&wanted, reader, scan.window());
         }
         // Runs the page cache holds (a journal still written to, or a
         // flushed segment's cached pages) are read here; the rest go to
@@ -221,7 +221,7 @@ impl ReadView {
                         Some((key, chunk)) if *key == (number, index) => Some(chunk.clone()),
                         _ => {
                             let (chunk, first) =
-                                streams.get(seg, index, stream_how, &self.policy)?;
+                                streams.get(seg, index, stream_how, &self.policy, scan)?;
                             if first {
                                 entered.push(number);
                             }
@@ -318,7 +318,7 @@ impl ReadView {
         if let Some(reader) = &stream_reader
             && !entered.is_empty()
         {
-            self.read_streams_ahead(entered, reader);
+            self.read_streams_ahead(entered, reader, scan.window().1);
         }
         let mut loading = Loading {
             ptrs: decoded,
@@ -338,7 +338,7 @@ impl ReadView {
     /// get there. So the device reads the next range's streams while the
     /// scans take this one's values, instead of every scan waiting at each
     /// range for its reads.
-    fn read_streams_ahead(&self, mut entered: Vec<u64>, reader: &StreamReader) {
+    fn read_streams_ahead(&self, mut entered: Vec<u64>, reader: &StreamReader, from: u64) {
         entered.sort_unstable();
         entered.dedup();
         let mut wanted: Vec<(Arc<SegmentFile>, u64)> = Vec::new();
@@ -355,7 +355,9 @@ impl ReadView {
                 .min(STREAM_AHEAD_CHUNKS);
             wanted.extend((0..chunks).map(|index| (seg.clone(), index)));
         }
-        self.share.streams.start(&wanted, reader);
+        // Their range starts past the window's (`from`, its last key's
+        // point) and its end is not known here.
+        self.share.streams.start(&wanted, reader, (from, u64::MAX));
     }
 
     /// Hands `runs` of flushed segments to the worker threads (reads a

@@ -96,12 +96,35 @@ pub struct Scan {
     /// Set once it is a long scan (`ChunkShare::mark_long`), counted in
     /// `ChunkShare::long_scans` until it leaves.
     long: Arc<AtomicBool>,
+    /// Points (`stream_share::key_point`) of the first and last keys of
+    /// the window whose values it is loading now (`set_window`).
+    window: Arc<(AtomicU64, AtomicU64)>,
 }
 
 impl Scan {
     /// Whether this scan has been marked long.
     pub fn is_long(&self) -> bool {
         self.long.load(Ordering::Relaxed)
+    }
+
+    /// Its number, unique in the database while it runs.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// It is about to load the values of a window from key point `lo` to
+    /// `hi`.
+    pub fn set_window(&self, lo: u64, hi: u64) {
+        self.window.0.store(lo, Ordering::Relaxed);
+        self.window.1.store(hi, Ordering::Relaxed);
+    }
+
+    /// The span `set_window` gave last.
+    pub fn window(&self) -> (u64, u64) {
+        (
+            self.window.0.load(Ordering::Relaxed),
+            self.window.1.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -215,6 +238,7 @@ impl ChunkShare {
             joined: Arc::default(),
             left: Arc::default(),
             long: Arc::default(),
+            window: Arc::default(),
         }
     }
 
@@ -243,6 +267,7 @@ impl ChunkShare {
                 self.streams.idle();
             }
         }
+        self.streams.forget(scan.id);
         // With `note_scanner`'s stores in the other order (both SeqCst):
         // either it sees `left` and stays out, or this sees `joined` and
         // removes it (after its insert, which holds the map lock).
@@ -1008,6 +1033,7 @@ mod tests {
             joined: Arc::default(),
             left: Arc::default(),
             long: Arc::default(),
+            window: Arc::default(),
         }
     }
 

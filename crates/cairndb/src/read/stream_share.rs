@@ -22,19 +22,23 @@
 //!
 //! Chunks are kept up to [`STREAM_SHARE_BYTES`] of buffers, or half the
 //! memory the process could still take if that is less. Room is made by
-//! dropping the least recently used chunk that no scan holds values of
-//! (chunks read ahead that no scan has reached yet last):
-//! scans over one key range use every journal's stream of it throughout,
-//! so they hold those, and the chunks of ranges every scan has left go
-//! first. Where every kept chunk is held (scanners spread over more key
-//! ranges than the budget has room for), a scan reads its values alone,
-//! so the share's memory stays within its budget.
+//! dropping, of the chunks no scan holds values of, the one the scans
+//! need last (`next_use`: each long scan's place in key order is known,
+//! and each chunk's span of keys): scans over one key range use every
+//! journal's stream of it throughout, so they hold those, and the chunks
+//! of ranges every scan has left go first. A scan that would fill the
+//! budget with chunks others still need waits a little for the scans
+//! behind it (`StreamShare::insert`, pacing), so the scans stay within
+//! what the budget holds. Where every kept chunk is held (scanners spread
+//! over more key ranges than the budget has room for), a scan reads its
+//! values alone, so the share's memory stays within its budget.
 //!
 //! A flushed stream's bytes never change and segment numbers are not
 //! reused, so a kept chunk never goes stale.
 
 use super::chunk::{CHUNK, Cell, Chunk, ChunkBytes, Publish, Recycler};
 use super::policy::{How, ReadPolicy};
+use super::share::Scan;
 use crate::version::segments::SegmentFile;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -91,6 +95,10 @@ pub struct StreamShare {
     reads: AtomicU64,
     bytes_read: AtomicU64,
     waits: AtomicU64,
+    /// Chunks a scan waited for scans behind it before taking (pacing),
+    /// and the microseconds waited (stats).
+    paced: AtomicU64,
+    paced_us: AtomicU64,
 }
 
 #[derive(Default)]
@@ -99,7 +107,46 @@ struct Map {
     tick: u64,
     /// Sum of the slots' `capacity`.
     held: u64,
+    /// Where each long scan is (`StreamShare::at`): the key point of the
+    /// window it is at, and when it got there.
+    scans: HashMap<u64, (u64, std::time::Instant)>,
 }
+
+/// Why `StreamShare::insert` made no slot.
+enum Full {
+    /// Every kept chunk is held by scans.
+    NoRoom,
+    /// Room would drop a chunk a scan still needs, and a scan behind the
+    /// caller is moving: the caller waits for it.
+    Behind,
+}
+
+/// A scan behind counts for pacing (`StreamShare::insert`) only if it
+/// moved this recently.
+const PACE_ACTIVE: std::time::Duration = std::time::Duration::from_millis(50);
+/// A scan ahead of another that is moving waits for it rather than take
+/// a chunk that would fill more than this share of the budget with chunks
+/// some scan still needs in this pass: the rest is room for the scans
+/// behind to take theirs without dropping the ones just ahead of them.
+const PACE_FILL: (u64, u64) = (3, 4);
+/// Longest a scan waits for the scans behind it, per chunk, and how often
+/// it looks again meanwhile.
+const PACE_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+const PACE_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// A key's place in key order as a number: its first 8 bytes, big-endian,
+/// zero-padded (keys sharing those bytes share a point). Only for ranking
+/// chunks by how soon scans get to them.
+pub fn key_point(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
+}
+
+/// A scan that has not moved for this long no longer counts in choosing
+/// which chunk to drop: it paused, or ended without leaving.
+const SCAN_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 struct Slot {
     cell: Arc<Cell>,
@@ -110,6 +157,10 @@ struct Slot {
     /// A scan has taken it (`get`); a chunk read ahead (`start`) is not
     /// taken until a scan gets there.
     taken: bool,
+    /// Key points of the windows that asked for it, lowest and highest
+    /// (a stream holds one key range: scans past `hi` are done with it).
+    lo: u64,
+    hi: u64,
 }
 
 /// What a read started on a worker thread needs.
@@ -122,7 +173,14 @@ pub struct Reader {
 impl StreamShare {
     /// Starts reading, on the worker threads, each chunk of `wanted` (a
     /// stream and a chunk index) that is neither kept nor being read.
-    pub fn start(self: &Arc<Self>, wanted: &[(Arc<SegmentFile>, u64)], reader: &Reader) {
+    /// `span`: the key points the chunks are for (a window's, or from
+    /// the end of one on for the next key range's).
+    pub fn start(
+        self: &Arc<Self>,
+        wanted: &[(Arc<SegmentFile>, u64)],
+        reader: &Reader,
+        span: (u64, u64),
+    ) {
         for (seg, index) in wanted {
             let key = (seg.number, *index);
             let Some(capacity) = buffer_len(seg, *index) else {
@@ -133,9 +191,9 @@ impl StreamShare {
                 if map.slots.contains_key(&key) {
                     continue;
                 }
-                match self.insert(&mut map, key, capacity, false, &reader.policy) {
-                    Some(cell) => cell,
-                    None => break,
+                match self.insert(&mut map, key, capacity, false, span, false, &reader.policy) {
+                    Ok(cell) => cell,
+                    Err(_) => break,
                 }
             };
             let (share, seg, index) = (self.clone(), seg.clone(), *index);
@@ -159,25 +217,51 @@ impl StreamShare {
         index: u64,
         how: How,
         policy: &ReadPolicy,
+        scan: &Scan,
     ) -> Option<(ChunkBytes, bool)> {
         let key = (seg.number, index);
-        let (cell, mine, first) = {
+        let span = scan.window();
+        let mut paced: Option<std::time::Instant> = None;
+        let (cell, mine, first) = loop {
             let mut map = self.map.lock();
             map.tick += 1;
             let tick = map.tick;
+            map.scans
+                .insert(scan.id(), (span.0, std::time::Instant::now()));
             match map.slots.get_mut(&key) {
                 Some(slot) => {
                     slot.used = tick;
                     let first = !std::mem::replace(&mut slot.taken, true);
-                    (slot.cell.clone(), false, first)
+                    // A chunk read ahead had a guess of a span until now.
+                    if first {
+                        (slot.lo, slot.hi) = span;
+                    } else {
+                        slot.lo = slot.lo.min(span.0);
+                        slot.hi = slot.hi.max(span.1);
+                    }
+                    break (slot.cell.clone(), false, first);
                 }
                 None => {
                     let capacity = buffer_len(seg, index)?;
-                    let cell = self.insert(&mut map, key, capacity, true, policy)?;
-                    (cell, true, true)
+                    let patient = paced.is_none_or(|since| since.elapsed() < PACE_WAIT);
+                    match self.insert(&mut map, key, capacity, true, span, patient, policy) {
+                        Ok(cell) => break (cell, true, true),
+                        Err(Full::NoRoom) => return None,
+                        Err(Full::Behind) => {}
+                    }
                 }
             }
+            drop(map);
+            if paced.is_none() {
+                paced = Some(std::time::Instant::now());
+                self.paced.fetch_add(1, Ordering::Relaxed);
+            }
+            std::thread::sleep(PACE_POLL);
         };
+        if let Some(since) = paced {
+            self.paced_us
+                .fetch_add(since.elapsed().as_micros() as u64, Ordering::Relaxed);
+        }
         let bytes = if !mine && !cell.claim() {
             cell.wait(&self.waits)
         } else {
@@ -187,31 +271,70 @@ impl StreamShare {
     }
 
     /// A new slot for chunk `key` being read (`claimed`: by the caller),
-    /// after dropping least recently used chunks to make room; `None` if
-    /// no room can be made.
+    /// for windows at key points `span`, after dropping chunks to make
+    /// room; `Full::NoRoom` if no room can be made.
     ///
     /// Only a chunk that is read and that no scan holds values of can go:
     /// one being read has waiters, and a held one would keep its memory
     /// while the share read more. So the share's memory stays within its
     /// budget, and when the chunks scans hold fill it (scanners spread
     /// over more key ranges than it has room for) the caller reads its
-    /// values alone instead. Chunks a scan has taken go first, least
-    /// recently used first, and chunks read ahead that no scan has reached
-    /// yet only after them: the scans were still taking the last key
-    /// range's chunks when the next range's were read ahead, so by use
-    /// alone those read ahead went first, and a third of all the stream
-    /// bytes the contest's range phase read were read twice.
+    /// values alone instead. Of the others, the one the scans need last
+    /// goes first (`next_use`), then chunks taken before chunks read
+    /// ahead, then the least recently used.
+    ///
+    /// A `patient` caller (a scan that needs the chunk now, at key point
+    /// `span.0`) gets `Full::Behind` while a scan behind it is moving and
+    /// the chunks some scan still needs in this pass would fill more than
+    /// `PACE_FILL` of the budget, or room could only be made by dropping
+    /// one of them: it waits for the scan behind to take them, as one
+    /// reader serving every scanner keeps them together. Dropped, those
+    /// chunks would be read again for the scan behind, and scans drifting
+    /// further apart than the budget holds read the data several times
+    /// (the contest's scaled-down range phase, 1 GiB under a 512 MiB cap,
+    /// dropping the least recently used chunk, read 1.5–2.1× the data in
+    /// three of five runs, at 399–851 MB/s). The
+    /// slowest scan never waits, so waits cannot go round in a circle.
+    #[allow(clippy::too_many_arguments)]
     fn insert(
         &self,
         map: &mut Map,
         key: (u64, u64),
         capacity: u64,
         claimed: bool,
+        span: (u64, u64),
+        patient: bool,
         policy: &ReadPolicy,
-    ) -> Option<Arc<Cell>> {
+    ) -> Result<Arc<Cell>, Full> {
         let budget = self.budget(map.held, policy);
+        if map.held + capacity > budget {
+            let now = std::time::Instant::now();
+            map.scans
+                .retain(|_, (_, at)| now.duration_since(*at) < SCAN_IDLE);
+        }
+        if patient {
+            let now = std::time::Instant::now();
+            let behind = map
+                .scans
+                .values()
+                .any(|(p, at)| *p < span.0 && now.duration_since(*at) < PACE_ACTIVE);
+            if behind {
+                let points: Vec<u64> = map.scans.values().map(|(p, _)| *p).collect();
+                let needed: u64 = map
+                    .slots
+                    .values()
+                    .filter(|s| next_use(&points, s) != u64::MAX)
+                    .map(|s| s.capacity)
+                    .sum();
+                let (num, den) = PACE_FILL;
+                if needed + capacity > budget / den * num {
+                    return Err(Full::Behind);
+                }
+            }
+        }
         while map.held + capacity > budget {
-            let victim = map
+            let points: Vec<u64> = map.scans.values().map(|(p, _)| *p).collect();
+            let (victim, next) = map
                 .slots
                 .iter()
                 .filter(|(_, s)| match &*s.cell.state.lock() {
@@ -219,8 +342,19 @@ impl StreamShare {
                     Some(None) => true,
                     None => false,
                 })
-                .min_by_key(|(_, s)| (!s.taken, s.used))
-                .map(|(k, _)| *k)?;
+                .map(|(k, s)| (*k, (next_use(&points, s), s.taken, std::cmp::Reverse(s.used))))
+                .max_by_key(|(_, rank)| *rank)
+                .map(|(k, (next, ..))| (k, next))
+                .ok_or(Full::NoRoom)?;
+            if patient && next != u64::MAX {
+                let now = std::time::Instant::now();
+                let behind = map.scans.values().any(|(p, at)| {
+                    *p < span.0 && now.duration_since(*at) < PACE_ACTIVE
+                });
+                if behind {
+                    return Err(Full::Behind);
+                }
+            }
             self.evict(map, victim);
         }
         let cell = Cell::new(claimed);
@@ -230,11 +364,13 @@ impl StreamShare {
             used: map.tick,
             capacity,
             taken: claimed,
+            lo: span.0,
+            hi: span.1,
         };
         map.held += capacity;
         let before = map.slots.insert(key, slot);
         assert!(before.is_none(), "stream chunk {key:?} inserted twice");
-        Some(cell)
+        Ok(cell)
     }
 
     /// Bytes of buffers to keep, with `held` kept now: `STREAM_SHARE_BYTES`,
@@ -250,12 +386,19 @@ impl StreamShare {
         }
         self.next_look_ms
             .store(now + LOOK_EVERY_MS, Ordering::Relaxed);
+        let spares = self.buffers.spare_bytes();
         let budget = match policy.mem_available() {
-            Some(room) => {
-                ((room + held) / MEMORY_FRACTION).clamp(STREAM_SHARE_BYTES_MIN, STREAM_SHARE_BYTES)
-            }
+            Some(room) => ((room + held + spares) / MEMORY_FRACTION)
+                .clamp(STREAM_SHARE_BYTES_MIN, STREAM_SHARE_BYTES),
             None => STREAM_SHARE_BYTES,
         };
+        // Spares are the share's memory too: where memory bounds the
+        // budget, the ones past its room go, or a budget shrinking under a
+        // tight cap would drop chunks into spares that kept the memory the
+        // chunks gave up.
+        if budget < STREAM_SHARE_BYTES {
+            self.buffers.trim_bytes(budget.saturating_sub(held));
+        }
         self.budget.store(budget, Ordering::Relaxed);
         budget
     }
@@ -328,6 +471,29 @@ impl StreamShare {
         self.buffers.trim(SPARE_IDLE);
     }
 
+    /// Long scan `scan` is at the window starting at key point `point`
+    /// (one it took from another scan: `get` notes the ones it loads).
+    pub fn at(&self, scan: u64, point: u64) {
+        self.map
+            .lock()
+            .scans
+            .insert(scan, (point, std::time::Instant::now()));
+    }
+
+    /// Scan `scan` ended.
+    pub fn forget(&self, scan: u64) {
+        self.map.lock().scans.remove(&scan);
+    }
+
+    /// Chunks a scan waited for the scans behind it before taking, and the
+    /// microseconds it waited, since open.
+    pub fn paced(&self) -> (u64, u64) {
+        (
+            self.paced.load(Ordering::Relaxed),
+            self.paced_us.load(Ordering::Relaxed),
+        )
+    }
+
     /// Chunks of streams read since open, and their bytes.
     pub fn reads(&self) -> (u64, u64) {
         (
@@ -342,6 +508,21 @@ impl StreamShare {
     }
 }
 
+/// How far the scans at key `points` are from needing `slot` again, for
+/// choosing which chunk to drop (the one needed last goes first, as in
+/// Belady's rule): `u64::MAX` if every scan is past its key range (or no
+/// scan is known), else the least distance from a scan not yet past it
+/// to the range's start (0 for a scan inside it). The scans run forward,
+/// so one past `hi` is done with the chunk for this pass.
+fn next_use(points: &[u64], slot: &Slot) -> u64 {
+    points
+        .iter()
+        .filter(|&&p| p <= slot.hi)
+        .map(|&p| slot.lo.saturating_sub(p))
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
 /// Bytes of the buffer chunk `index` of `seg` is read into: the chunk's
 /// bytes in the file rounded up to whole `BUFFER_STEP`s, at most `CHUNK`.
 /// `None` if the file's length cannot be had or the chunk is past its end.
@@ -353,4 +534,97 @@ fn buffer_len(seg: &SegmentFile, index: u64) -> Option<u64> {
             .next_multiple_of(BUFFER_STEP as u64)
             .min(CHUNK)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::Host;
+    use crate::options::ValueReads;
+
+    /// A host with no room to spare: the budget is the least one,
+    /// `STREAM_SHARE_BYTES_MIN` (four chunks).
+    struct Tight;
+
+    impl Host for Tight {
+        fn mem_available(&self) -> Option<u64> {
+            Some(0)
+        }
+    }
+
+    fn policy() -> ReadPolicy {
+        ReadPolicy::new(ValueReads::Direct, Arc::new(Tight))
+    }
+
+    /// Fills four chunk slots of one stream each, read (so they may go),
+    /// for windows at the given key points, and puts scan 1 at point 100
+    /// and scan 2 at point 10.
+    fn share(spans: &[(u64, u64)]) -> StreamShare {
+        let share = StreamShare::default();
+        let p = policy();
+        for (i, span) in spans.iter().enumerate() {
+            let mut map = share.map.lock();
+            let cell = share
+                .insert(&mut map, (i as u64, 0), CHUNK, true, *span, false, &p)
+                .ok()
+                .expect("room for four chunks");
+            *cell.state.lock() = Some(None);
+        }
+        share.at(1, 100);
+        share.at(2, 10);
+        share
+    }
+
+    fn kept(share: &StreamShare) -> Vec<u64> {
+        let mut segs: Vec<u64> = share.map.lock().slots.keys().map(|k| k.0).collect();
+        segs.sort_unstable();
+        segs
+    }
+
+    #[test]
+    fn the_chunk_dropped_is_the_one_the_scans_need_last() {
+        // Both scans are past segment 0; scan 2 still needs segment 1;
+        // scan 1 is in segment 2's range; both reach segment 3 last.
+        let share = share(&[(0, 5), (20, 30), (100, 110), (200, 210)]);
+        assert_eq!(share.budget(0, &policy()), STREAM_SHARE_BYTES_MIN);
+        let p = policy();
+        let mut map = share.map.lock();
+        let cell = share.insert(&mut map, (10, 0), CHUNK, true, (110, 120), false, &p);
+        assert!(cell.is_ok(), "room is made");
+        drop(map);
+        assert_eq!(kept(&share), [1, 2, 3, 10], "the chunk no scan needs goes first");
+        let mut map = share.map.lock();
+        *map.slots[&(10, 0)].cell.state.lock() = Some(None);
+        let cell = share.insert(&mut map, (11, 0), CHUNK, true, (120, 130), false, &p);
+        assert!(cell.is_ok(), "room is made");
+        drop(map);
+        // Least recently used would drop segment 1, which scan 2 needs
+        // next; segment 3 is needed 90 key points later.
+        assert_eq!(kept(&share), [1, 2, 10, 11], "the chunk needed last goes next");
+    }
+
+    #[test]
+    fn a_scan_ahead_waits_rather_than_drop_what_a_scan_behind_needs() {
+        let share = share(&[(20, 30), (40, 50), (100, 110), (200, 210)]);
+        let p = policy();
+        let mut map = share.map.lock();
+        let ahead = share.insert(&mut map, (10, 0), CHUNK, true, (110, 120), true, &p);
+        assert!(
+            matches!(ahead, Err(Full::Behind)),
+            "the scan ahead made room while the one behind needs every chunk"
+        );
+        assert_eq!(map.slots.len(), 4, "nothing was dropped");
+        // Out of patience it makes room all the same.
+        let ahead = share.insert(&mut map, (10, 0), CHUNK, true, (110, 120), false, &p);
+        assert!(ahead.is_ok());
+        *map.slots[&(10, 0)].cell.state.lock() = Some(None);
+        // The slowest scan never waits.
+        let behind = share.insert(&mut map, (11, 0), CHUNK, true, (10, 20), true, &p);
+        assert!(behind.is_ok(), "the scan behind waited");
+        // A scan behind that has not moved lately holds nobody up.
+        map.scans.insert(2, (10, std::time::Instant::now() - 2 * PACE_ACTIVE));
+        *map.slots[&(11, 0)].cell.state.lock() = Some(None);
+        let ahead = share.insert(&mut map, (12, 0), CHUNK, true, (50, 60), true, &p);
+        assert!(ahead.is_ok(), "an idle scan behind held the scan ahead");
+    }
 }
