@@ -297,18 +297,18 @@ fn fill_and_wait(dir: &Path, keys: u64) -> Result<(), Box<dyn std::error::Error>
     Ok(())
 }
 
+/// A benchmark's error as the other commands' errors are.
+fn unsend(e: bench::BenchError) -> Box<dyn std::error::Error> {
+    e
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
-        Cmd::Bench(a) => bench::run(a).map_err(|e| e as Box<dyn std::error::Error>),
-        Cmd::Balloon { bytes } => bench::workloads::contest::balloon_main(bytes)
-            .map_err(|e| e as Box<dyn std::error::Error>),
-        Cmd::ContestPhases(a) => {
-            bench::workloads::contest::phases_main(a).map_err(|e| e as Box<dyn std::error::Error>)
-        }
-        Cmd::TxnProbe(a) => {
-            bench::workloads::txn_scaling::probe(&a).map_err(|e| e as Box<dyn std::error::Error>)
-        }
+        Cmd::Bench(a) => bench::run(a).map_err(unsend),
+        Cmd::Balloon { bytes } => bench::workloads::contest::balloon_main(bytes).map_err(unsend),
+        Cmd::ContestPhases(a) => bench::workloads::contest::phases_main(a).map_err(unsend),
+        Cmd::TxnProbe(a) => bench::workloads::txn_scaling::probe(&a).map_err(unsend),
         Cmd::Demo(a) => demo(a),
         Cmd::Stats(a) => tools::kv::stats(a),
         Cmd::Get(a) => match tools::kv::get(a) {

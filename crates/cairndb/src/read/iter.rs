@@ -622,7 +622,7 @@ impl Iter {
         // A window to share loads as one read ahead does (`overlap`): its
         // values come out of kept chunks if they are there, and it is
         // published only if they all were (`publish`).
-        let loading = self.load(&raw, overlap || lead.is_some());
+        let loading = self.load(&raw, overlap || lead.is_some(), dir);
         let window = Window {
             raw,
             loading,
@@ -637,15 +637,16 @@ impl Iter {
 
     /// Starts loading the separated values of `raw`
     /// (`ReadView::load_start`), if it has any.
-    fn load(&self, raw: &[Raw], overlap: bool) -> Option<Loading> {
+    fn load(&self, raw: &[Raw], overlap: bool, dir: Dir) -> Option<Loading> {
         let pointers: Vec<&[u8]> = raw
             .iter()
             .filter(|(_, kind, _)| *kind == Kind::Pointer as u8)
             .map(|(_, _, stored)| stored.as_slice())
             .collect();
         if let (Some(first), Some(last)) = (raw.first(), raw.last()) {
+            let (a, b) = (key_point(&first.0), key_point(&last.0));
             self.scan
-                .set_window(key_point(&first.0), key_point(&last.0));
+                .set_window(a.min(b), a.max(b), dir == Dir::Forward);
         }
         (!pointers.is_empty()).then(|| self.view.load_start(&pointers, overlap, &self.scan))
     }
@@ -688,7 +689,7 @@ impl Iter {
         if let (Some((last, _, _)), None, false) = (raw.last(), &failed, ended) {
             lead.cut(last);
         }
-        let loading = self.load(&raw, true);
+        let loading = self.load(&raw, true, Dir::Forward);
         let w = Window {
             raw,
             loading,
@@ -737,10 +738,7 @@ impl Iter {
         let (last, _) = w.entries.last().expect("a shared window is not empty");
         if self.scan.is_long() {
             let (first, _) = w.entries.first().expect("a shared window is not empty");
-            self.view
-                .share
-                .streams
-                .at(self.scan.id(), key_point(first));
+            self.view.share.streams.at(self.scan.id(), key_point(first));
         }
         self.front = None;
         self.front_after = Some(last.to_vec());

@@ -96,9 +96,10 @@ pub struct Scan {
     /// Set once it is a long scan (`ChunkShare::mark_long`), counted in
     /// `ChunkShare::long_scans` until it leaves.
     long: Arc<AtomicBool>,
-    /// Points (`stream_share::key_point`) of the first and last keys of
-    /// the window whose values it is loading now (`set_window`).
-    window: Arc<(AtomicU64, AtomicU64)>,
+    /// Points (`stream_share::key_point`) of the lowest and highest keys
+    /// of the window whose values it is loading now, and whether it runs
+    /// forward (`set_window`).
+    window: Arc<(AtomicU64, AtomicU64, AtomicBool)>,
 }
 
 impl Scan {
@@ -113,10 +114,16 @@ impl Scan {
     }
 
     /// It is about to load the values of a window from key point `lo` to
-    /// `hi`.
-    pub fn set_window(&self, lo: u64, hi: u64) {
+    /// `hi`, scanning `forward` or backward.
+    pub fn set_window(&self, lo: u64, hi: u64, forward: bool) {
         self.window.0.store(lo, Ordering::Relaxed);
         self.window.1.store(hi, Ordering::Relaxed);
+        self.window.2.store(forward, Ordering::Relaxed);
+    }
+
+    /// Whether the window `set_window` gave last is scanned forward.
+    pub fn forward(&self) -> bool {
+        self.window.2.load(Ordering::Relaxed)
     }
 
     /// The span `set_window` gave last.

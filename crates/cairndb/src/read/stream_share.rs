@@ -226,8 +226,15 @@ impl StreamShare {
             let mut map = self.map.lock();
             map.tick += 1;
             let tick = map.tick;
-            map.scans
-                .insert(scan.id(), (span.0, std::time::Instant::now()));
+            // Places and pacing assume scans run forward: one running
+            // backward takes no part in them.
+            let forward = scan.forward();
+            if forward {
+                map.scans
+                    .insert(scan.id(), (span.0, std::time::Instant::now()));
+            } else {
+                map.scans.remove(&scan.id());
+            }
             match map.slots.get_mut(&key) {
                 Some(slot) => {
                     slot.used = tick;
@@ -243,7 +250,7 @@ impl StreamShare {
                 }
                 None => {
                     let capacity = buffer_len(seg, index)?;
-                    let patient = paced.is_none_or(|since| since.elapsed() < PACE_WAIT);
+                    let patient = forward && paced.is_none_or(|since| since.elapsed() < PACE_WAIT);
                     match self.insert(&mut map, key, capacity, true, span, patient, policy) {
                         Ok(cell) => break (cell, true, true),
                         Err(Full::NoRoom) => return None,
@@ -342,15 +349,21 @@ impl StreamShare {
                     Some(None) => true,
                     None => false,
                 })
-                .map(|(k, s)| (*k, (next_use(&points, s), s.taken, std::cmp::Reverse(s.used))))
+                .map(|(k, s)| {
+                    (
+                        *k,
+                        (next_use(&points, s), s.taken, std::cmp::Reverse(s.used)),
+                    )
+                })
                 .max_by_key(|(_, rank)| *rank)
                 .map(|(k, (next, ..))| (k, next))
                 .ok_or(Full::NoRoom)?;
             if patient && next != u64::MAX {
                 let now = std::time::Instant::now();
-                let behind = map.scans.values().any(|(p, at)| {
-                    *p < span.0 && now.duration_since(*at) < PACE_ACTIVE
-                });
+                let behind = map
+                    .scans
+                    .values()
+                    .any(|(p, at)| *p < span.0 && now.duration_since(*at) < PACE_ACTIVE);
                 if behind {
                     return Err(Full::Behind);
                 }
@@ -592,7 +605,11 @@ mod tests {
         let cell = share.insert(&mut map, (10, 0), CHUNK, true, (110, 120), false, &p);
         assert!(cell.is_ok(), "room is made");
         drop(map);
-        assert_eq!(kept(&share), [1, 2, 3, 10], "the chunk no scan needs goes first");
+        assert_eq!(
+            kept(&share),
+            [1, 2, 3, 10],
+            "the chunk no scan needs goes first"
+        );
         let mut map = share.map.lock();
         *map.slots[&(10, 0)].cell.state.lock() = Some(None);
         let cell = share.insert(&mut map, (11, 0), CHUNK, true, (120, 130), false, &p);
@@ -600,7 +617,11 @@ mod tests {
         drop(map);
         // Least recently used would drop segment 1, which scan 2 needs
         // next; segment 3 is needed 90 key points later.
-        assert_eq!(kept(&share), [1, 2, 10, 11], "the chunk needed last goes next");
+        assert_eq!(
+            kept(&share),
+            [1, 2, 10, 11],
+            "the chunk needed last goes next"
+        );
     }
 
     #[test]
@@ -622,7 +643,8 @@ mod tests {
         let behind = share.insert(&mut map, (11, 0), CHUNK, true, (10, 20), true, &p);
         assert!(behind.is_ok(), "the scan behind waited");
         // A scan behind that has not moved lately holds nobody up.
-        map.scans.insert(2, (10, std::time::Instant::now() - 2 * PACE_ACTIVE));
+        map.scans
+            .insert(2, (10, std::time::Instant::now() - 2 * PACE_ACTIVE));
         *map.slots[&(11, 0)].cell.state.lock() = Some(None);
         let ahead = share.insert(&mut map, (12, 0), CHUNK, true, (50, 60), true, &p);
         assert!(ahead.is_ok(), "an idle scan behind held the scan ahead");
