@@ -253,8 +253,14 @@ impl Iter {
         upper: Bound<Vec<u8>>,
     ) -> Self {
         let refused = bounds_refused(&lower, &upper);
+        let scan = view.share.scan();
+        let end = match &upper {
+            Bound::Included(k) | Bound::Excluded(k) => key_point(k),
+            Bound::Unbounded => u64::MAX,
+        };
+        scan.set_reach(keyspace, end);
         let mut it = Iter {
-            scan: view.share.scan(),
+            scan,
             view,
             keyspace,
             snapshot,
@@ -738,7 +744,7 @@ impl Iter {
         let (last, _) = w.entries.last().expect("a shared window is not empty");
         if self.scan.is_long() {
             let (first, _) = w.entries.first().expect("a shared window is not empty");
-            self.view.share.streams.at(self.scan.id(), key_point(first));
+            self.view.share.streams.at(&self.scan, key_point(first));
         }
         self.front = None;
         self.front_after = Some(last.to_vec());

@@ -20,7 +20,7 @@ use super::ReadView;
 use super::chunk::{self, CHUNK, ChunkBytes, Value};
 use super::policy::{How, Served};
 use super::share::{SHARE_RUN_MIN, Scan};
-use super::stream_share::Reader as StreamReader;
+use super::stream_share::{Reader as StreamReader, Span};
 use crate::Result;
 use crate::format::compress::decompress;
 use crate::format::vptr::ValuePtr;
@@ -318,7 +318,7 @@ impl ReadView {
         if let Some(reader) = &stream_reader
             && !entered.is_empty()
         {
-            self.read_streams_ahead(entered, reader, scan.window().1);
+            self.read_streams_ahead(entered, reader, scan.window().hi, scan);
         }
         let mut loading = Loading {
             ptrs: decoded,
@@ -338,7 +338,13 @@ impl ReadView {
     /// get there. So the device reads the next range's streams while the
     /// scans take this one's values, instead of every scan waiting at each
     /// range for its reads.
-    fn read_streams_ahead(&self, mut entered: Vec<u64>, reader: &StreamReader, from: u64) {
+    fn read_streams_ahead(
+        &self,
+        mut entered: Vec<u64>,
+        reader: &StreamReader,
+        from: u64,
+        scan: &Scan,
+    ) {
         entered.sort_unstable();
         entered.dedup();
         let mut wanted: Vec<(Arc<SegmentFile>, u64)> = Vec::new();
@@ -357,7 +363,12 @@ impl ReadView {
         }
         // Their range starts past the window's (`from`, its last key's
         // point) and its end is not known here.
-        self.share.streams.start(&wanted, reader, (from, u64::MAX));
+        let span = Span {
+            lo: from,
+            hi: u64::MAX,
+            ..scan.window()
+        };
+        self.share.streams.start(&wanted, reader, span);
     }
 
     /// Hands `runs` of flushed segments to the worker threads (reads a

@@ -96,10 +96,22 @@ pub struct Scan {
     /// Set once it is a long scan (`ChunkShare::mark_long`), counted in
     /// `ChunkShare::long_scans` until it leaves.
     long: Arc<AtomicBool>,
-    /// Points (`stream_share::key_point`) of the lowest and highest keys
-    /// of the window whose values it is loading now, and whether it runs
-    /// forward (`set_window`).
-    window: Arc<(AtomicU64, AtomicU64, AtomicBool)>,
+    /// What the stream share knows of where it is (`set_window`,
+    /// `set_reach`).
+    place: Arc<Place>,
+}
+
+/// Where a scan is, for the stream share (`stream_share.rs`): the key
+/// points (`stream_share::key_point`) of the lowest and highest keys of
+/// the window whose values it loads now, whether it runs forward, the
+/// keyspace it scans and the point of its upper bound.
+#[derive(Default)]
+pub struct Place {
+    lo: AtomicU64,
+    hi: AtomicU64,
+    forward: AtomicBool,
+    keyspace: std::sync::atomic::AtomicU32,
+    end: AtomicU64,
 }
 
 impl Scan {
@@ -113,25 +125,38 @@ impl Scan {
         self.id
     }
 
+    /// It scans keyspace `keyspace` up to key point `end` (inclusive;
+    /// `u64::MAX` without an upper bound).
+    pub fn set_reach(&self, keyspace: u32, end: u64) {
+        self.place.keyspace.store(keyspace, Ordering::Relaxed);
+        self.place.end.store(end, Ordering::Relaxed);
+    }
+
     /// It is about to load the values of a window from key point `lo` to
     /// `hi`, scanning `forward` or backward.
     pub fn set_window(&self, lo: u64, hi: u64, forward: bool) {
-        self.window.0.store(lo, Ordering::Relaxed);
-        self.window.1.store(hi, Ordering::Relaxed);
-        self.window.2.store(forward, Ordering::Relaxed);
+        self.place.lo.store(lo, Ordering::Relaxed);
+        self.place.hi.store(hi, Ordering::Relaxed);
+        self.place.forward.store(forward, Ordering::Relaxed);
     }
 
     /// Whether the window `set_window` gave last is scanned forward.
     pub fn forward(&self) -> bool {
-        self.window.2.load(Ordering::Relaxed)
+        self.place.forward.load(Ordering::Relaxed)
     }
 
-    /// The span `set_window` gave last.
-    pub fn window(&self) -> (u64, u64) {
-        (
-            self.window.0.load(Ordering::Relaxed),
-            self.window.1.load(Ordering::Relaxed),
-        )
+    /// The keyspace and key points of the window `set_window` gave last.
+    pub fn window(&self) -> super::stream_share::Span {
+        super::stream_share::Span {
+            keyspace: self.place.keyspace.load(Ordering::Relaxed),
+            lo: self.place.lo.load(Ordering::Relaxed),
+            hi: self.place.hi.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The key point of its upper bound (`set_reach`).
+    pub fn end(&self) -> u64 {
+        self.place.end.load(Ordering::Relaxed)
     }
 }
 
@@ -245,7 +270,10 @@ impl ChunkShare {
             joined: Arc::default(),
             left: Arc::default(),
             long: Arc::default(),
-            window: Arc::default(),
+            place: Arc::new(Place {
+                end: AtomicU64::new(u64::MAX),
+                ..Place::default()
+            }),
         }
     }
 
@@ -1040,7 +1068,7 @@ mod tests {
             joined: Arc::default(),
             left: Arc::default(),
             long: Arc::default(),
-            window: Arc::default(),
+            place: Arc::default(),
         }
     }
 

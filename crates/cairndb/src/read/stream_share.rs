@@ -107,9 +107,47 @@ struct Map {
     tick: u64,
     /// Sum of the slots' `capacity`.
     held: u64,
-    /// Where each long scan is (`StreamShare::at`): the key point of the
-    /// window it is at, and when it got there.
-    scans: HashMap<u64, (u64, std::time::Instant)>,
+    /// Where each long scan running forward is (`StreamShare::at`).
+    scans: HashMap<u64, Place>,
+}
+
+/// What a scan asks chunks for: the keyspace it scans and the key points
+/// (`key_point`) of the lowest and highest keys of the window.
+#[derive(Clone, Copy, Debug)]
+pub struct Span {
+    pub keyspace: u32,
+    pub lo: u64,
+    pub hi: u64,
+}
+
+/// Where a long scan is: the key point of the window it is at in
+/// `keyspace`, the point of its upper bound, and when it got there.
+#[derive(Clone, Copy)]
+struct Place {
+    keyspace: u32,
+    point: u64,
+    end: u64,
+    at: std::time::Instant,
+}
+
+impl Place {
+    fn of(scan: &Scan, point: u64) -> Place {
+        Place {
+            keyspace: scan.window().keyspace,
+            point,
+            end: scan.end(),
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// It will pass the start of `want` (it is behind it, in its
+    /// keyspace, and its range reaches there) and has moved lately.
+    fn behind(&self, want: &Span, now: std::time::Instant) -> bool {
+        self.keyspace == want.keyspace
+            && self.point < want.lo
+            && want.lo <= self.end
+            && now.duration_since(self.at) < PACE_ACTIVE
+    }
 }
 
 /// Why `StreamShare::insert` made no slot.
@@ -157,8 +195,10 @@ struct Slot {
     /// A scan has taken it (`get`); a chunk read ahead (`start`) is not
     /// taken until a scan gets there.
     taken: bool,
-    /// Key points of the windows that asked for it, lowest and highest
-    /// (a stream holds one key range: scans past `hi` are done with it).
+    /// The keyspace and key points of the windows that asked for it,
+    /// lowest and highest (a stream holds one key range: scans past `hi`
+    /// are done with it).
+    keyspace: u32,
     lo: u64,
     hi: u64,
 }
@@ -179,7 +219,7 @@ impl StreamShare {
         self: &Arc<Self>,
         wanted: &[(Arc<SegmentFile>, u64)],
         reader: &Reader,
-        span: (u64, u64),
+        span: Span,
     ) {
         for (seg, index) in wanted {
             let key = (seg.number, *index);
@@ -230,8 +270,7 @@ impl StreamShare {
             // backward takes no part in them.
             let forward = scan.forward();
             if forward {
-                map.scans
-                    .insert(scan.id(), (span.0, std::time::Instant::now()));
+                map.scans.insert(scan.id(), Place::of(scan, span.lo));
             } else {
                 map.scans.remove(&scan.id());
             }
@@ -240,11 +279,11 @@ impl StreamShare {
                     slot.used = tick;
                     let first = !std::mem::replace(&mut slot.taken, true);
                     // A chunk read ahead had a guess of a span until now.
-                    if first {
-                        (slot.lo, slot.hi) = span;
+                    if first || slot.keyspace != span.keyspace {
+                        (slot.keyspace, slot.lo, slot.hi) = (span.keyspace, span.lo, span.hi);
                     } else {
-                        slot.lo = slot.lo.min(span.0);
-                        slot.hi = slot.hi.max(span.1);
+                        slot.lo = slot.lo.min(span.lo);
+                        slot.hi = slot.hi.max(span.hi);
                     }
                     break (slot.cell.clone(), false, first);
                 }
@@ -278,7 +317,7 @@ impl StreamShare {
     }
 
     /// A new slot for chunk `key` being read (`claimed`: by the caller),
-    /// for windows at key points `span`, after dropping chunks to make
+    /// for windows at `span`, after dropping chunks to make
     /// room; `Full::NoRoom` if no room can be made.
     ///
     /// Only a chunk that is read and that no scan holds values of can go:
@@ -291,7 +330,7 @@ impl StreamShare {
     /// ahead, then the least recently used.
     ///
     /// A `patient` caller (a scan that needs the chunk now, at key point
-    /// `span.0`) gets `Full::Behind` while a scan behind it is moving and
+    /// `span.lo`) gets `Full::Behind` while a scan behind it is moving and
     /// the chunks some scan still needs in this pass would fill more than
     /// `PACE_FILL` of the budget, or room could only be made by dropping
     /// one of them: it waits for the scan behind to take them, as one
@@ -309,7 +348,7 @@ impl StreamShare {
         key: (u64, u64),
         capacity: u64,
         claimed: bool,
-        span: (u64, u64),
+        span: Span,
         patient: bool,
         policy: &ReadPolicy,
     ) -> Result<Arc<Cell>, Full> {
@@ -317,16 +356,13 @@ impl StreamShare {
         if map.held + capacity > budget {
             let now = std::time::Instant::now();
             map.scans
-                .retain(|_, (_, at)| now.duration_since(*at) < SCAN_IDLE);
+                .retain(|_, p| now.duration_since(p.at) < SCAN_IDLE);
         }
         if patient {
             let now = std::time::Instant::now();
-            let behind = map
-                .scans
-                .values()
-                .any(|(p, at)| *p < span.0 && now.duration_since(*at) < PACE_ACTIVE);
+            let behind = map.scans.values().any(|p| p.behind(&span, now));
             if behind {
-                let points: Vec<u64> = map.scans.values().map(|(p, _)| *p).collect();
+                let points: Vec<Place> = map.scans.values().copied().collect();
                 let needed: u64 = map
                     .slots
                     .values()
@@ -340,7 +376,7 @@ impl StreamShare {
             }
         }
         while map.held + capacity > budget {
-            let points: Vec<u64> = map.scans.values().map(|(p, _)| *p).collect();
+            let points: Vec<Place> = map.scans.values().copied().collect();
             let (victim, next) = map
                 .slots
                 .iter()
@@ -360,11 +396,7 @@ impl StreamShare {
                 .ok_or(Full::NoRoom)?;
             if patient && next != u64::MAX {
                 let now = std::time::Instant::now();
-                let behind = map
-                    .scans
-                    .values()
-                    .any(|(p, at)| *p < span.0 && now.duration_since(*at) < PACE_ACTIVE);
-                if behind {
+                if map.scans.values().any(|p| p.behind(&span, now)) {
                     return Err(Full::Behind);
                 }
             }
@@ -377,8 +409,9 @@ impl StreamShare {
             used: map.tick,
             capacity,
             taken: claimed,
-            lo: span.0,
-            hi: span.1,
+            keyspace: span.keyspace,
+            lo: span.lo,
+            hi: span.hi,
         };
         map.held += capacity;
         let before = map.slots.insert(key, slot);
@@ -486,11 +519,11 @@ impl StreamShare {
 
     /// Long scan `scan` is at the window starting at key point `point`
     /// (one it took from another scan: `get` notes the ones it loads).
-    pub fn at(&self, scan: u64, point: u64) {
+    pub fn at(&self, scan: &Scan, point: u64) {
         self.map
             .lock()
             .scans
-            .insert(scan, (point, std::time::Instant::now()));
+            .insert(scan.id(), Place::of(scan, point));
     }
 
     /// Scan `scan` ended.
@@ -521,17 +554,18 @@ impl StreamShare {
     }
 }
 
-/// How far the scans at key `points` are from needing `slot` again, for
+/// How far the scans at `places` are from needing `slot` again, for
 /// choosing which chunk to drop (the one needed last goes first, as in
-/// Belady's rule): `u64::MAX` if every scan is past its key range (or no
-/// scan is known), else the least distance from a scan not yet past it
-/// to the range's start (0 for a scan inside it). The scans run forward,
-/// so one past `hi` is done with the chunk for this pass.
-fn next_use(points: &[u64], slot: &Slot) -> u64 {
-    points
+/// Belady's rule): `u64::MAX` if no scan of its keyspace will reach its
+/// key range (every one is past it, or ends before it), else the least
+/// distance from one that will to the range's start (0 for a scan inside
+/// it). The scans run forward, so one past `hi` is done with the chunk
+/// for this pass.
+fn next_use(places: &[Place], slot: &Slot) -> u64 {
+    places
         .iter()
-        .filter(|&&p| p <= slot.hi)
-        .map(|&p| slot.lo.saturating_sub(p))
+        .filter(|p| p.keyspace == slot.keyspace && p.point <= slot.hi && slot.lo <= p.end)
+        .map(|p| slot.lo.saturating_sub(p.point))
         .min()
         .unwrap_or(u64::MAX)
 }
@@ -569,22 +603,51 @@ mod tests {
         ReadPolicy::new(ValueReads::Direct, Arc::new(Tight))
     }
 
+    /// A window of keyspace 0 from key point `lo` to `hi`.
+    fn span(lo: u64, hi: u64) -> Span {
+        Span {
+            keyspace: 0,
+            lo,
+            hi,
+        }
+    }
+
+    /// A scan of keyspace `keyspace` up to `end`, at `point`, moved now.
+    fn place(keyspace: u32, point: u64, end: u64) -> Place {
+        Place {
+            keyspace,
+            point,
+            end,
+            at: std::time::Instant::now(),
+        }
+    }
+
     /// Fills four chunk slots of one stream each, read (so they may go),
     /// for windows at the given key points, and puts scan 1 at point 100
-    /// and scan 2 at point 10.
+    /// and scan 2 at point 10, both in keyspace 0 with no upper bound.
     fn share(spans: &[(u64, u64)]) -> StreamShare {
         let share = StreamShare::default();
         let p = policy();
-        for (i, span) in spans.iter().enumerate() {
+        for (i, &(lo, hi)) in spans.iter().enumerate() {
             let mut map = share.map.lock();
             let cell = share
-                .insert(&mut map, (i as u64, 0), CHUNK, true, *span, false, &p)
+                .insert(
+                    &mut map,
+                    (i as u64, 0),
+                    CHUNK,
+                    true,
+                    span(lo, hi),
+                    false,
+                    &p,
+                )
                 .ok()
                 .expect("room for four chunks");
             *cell.state.lock() = Some(None);
         }
-        share.at(1, 100);
-        share.at(2, 10);
+        let mut map = share.map.lock();
+        map.scans.insert(1, place(0, 100, u64::MAX));
+        map.scans.insert(2, place(0, 10, u64::MAX));
+        drop(map);
         share
     }
 
@@ -602,7 +665,7 @@ mod tests {
         assert_eq!(share.budget(0, &policy()), STREAM_SHARE_BYTES_MIN);
         let p = policy();
         let mut map = share.map.lock();
-        let cell = share.insert(&mut map, (10, 0), CHUNK, true, (110, 120), false, &p);
+        let cell = share.insert(&mut map, (10, 0), CHUNK, true, span(110, 120), false, &p);
         assert!(cell.is_ok(), "room is made");
         drop(map);
         assert_eq!(
@@ -612,7 +675,7 @@ mod tests {
         );
         let mut map = share.map.lock();
         *map.slots[&(10, 0)].cell.state.lock() = Some(None);
-        let cell = share.insert(&mut map, (11, 0), CHUNK, true, (120, 130), false, &p);
+        let cell = share.insert(&mut map, (11, 0), CHUNK, true, span(120, 130), false, &p);
         assert!(cell.is_ok(), "room is made");
         drop(map);
         // Least recently used would drop segment 1, which scan 2 needs
@@ -629,24 +692,58 @@ mod tests {
         let share = share(&[(20, 30), (40, 50), (100, 110), (200, 210)]);
         let p = policy();
         let mut map = share.map.lock();
-        let ahead = share.insert(&mut map, (10, 0), CHUNK, true, (110, 120), true, &p);
+        let ahead = share.insert(&mut map, (10, 0), CHUNK, true, span(110, 120), true, &p);
         assert!(
             matches!(ahead, Err(Full::Behind)),
             "the scan ahead made room while the one behind needs every chunk"
         );
         assert_eq!(map.slots.len(), 4, "nothing was dropped");
         // Out of patience it makes room all the same.
-        let ahead = share.insert(&mut map, (10, 0), CHUNK, true, (110, 120), false, &p);
+        let ahead = share.insert(&mut map, (10, 0), CHUNK, true, span(110, 120), false, &p);
         assert!(ahead.is_ok());
         *map.slots[&(10, 0)].cell.state.lock() = Some(None);
         // The slowest scan never waits.
-        let behind = share.insert(&mut map, (11, 0), CHUNK, true, (10, 20), true, &p);
+        let behind = share.insert(&mut map, (11, 0), CHUNK, true, span(10, 20), true, &p);
         assert!(behind.is_ok(), "the scan behind waited");
         // A scan behind that has not moved lately holds nobody up.
-        map.scans
-            .insert(2, (10, std::time::Instant::now() - 2 * PACE_ACTIVE));
+        map.scans.insert(
+            2,
+            Place {
+                at: std::time::Instant::now() - 2 * PACE_ACTIVE,
+                ..place(0, 10, u64::MAX)
+            },
+        );
         *map.slots[&(11, 0)].cell.state.lock() = Some(None);
-        let ahead = share.insert(&mut map, (12, 0), CHUNK, true, (50, 60), true, &p);
+        let ahead = share.insert(&mut map, (12, 0), CHUNK, true, span(50, 60), true, &p);
         assert!(ahead.is_ok(), "an idle scan behind held the scan ahead");
+    }
+
+    #[test]
+    fn scans_of_other_ranges_or_keyspaces_neither_keep_chunks_nor_hold_others_up() {
+        let share = share(&[(20, 30), (40, 50), (100, 110), (200, 210)]);
+        let p = policy();
+        let mut map = share.map.lock();
+        // Scan 1 asks. Scan 2 ends at point 35 and scan 1 is past segment
+        // 1: nobody will read segment 1 again, so it goes before segment
+        // 3, which scan 1 reaches last; and scan 2 will not get to where
+        // scan 1 is, so it holds nobody up.
+        map.scans.insert(2, place(0, 10, 35));
+        let ahead = share.insert(&mut map, (10, 0), CHUNK, true, span(100, 120), true, &p);
+        assert!(ahead.is_ok(), "a scan behind that ends before held it up");
+        drop(map);
+        assert_eq!(kept(&share), [0, 2, 3, 10]);
+        // A scan of another keyspace at point 10 neither keeps keyspace
+        // 0's chunks nor holds its scans up.
+        let mut map = share.map.lock();
+        *map.slots[&(10, 0)].cell.state.lock() = Some(None);
+        map.scans.insert(2, place(1, 10, u64::MAX));
+        let ahead = share.insert(&mut map, (11, 0), CHUNK, true, span(100, 130), true, &p);
+        assert!(ahead.is_ok(), "a scan of another keyspace held it up");
+        drop(map);
+        assert_eq!(
+            kept(&share),
+            [2, 3, 10, 11],
+            "segment 0 is behind every scan of its keyspace"
+        );
     }
 }
