@@ -26,10 +26,12 @@
 //! need last (`next_use`: each long scan's place in key order is known,
 //! and each chunk's span of keys): scans over one key range use every
 //! journal's stream of it throughout, so they hold those, and the chunks
-//! of ranges every scan has left go first. A scan that would fill the
-//! budget with chunks others still need waits a little for the scans
-//! behind it (`StreamShare::insert`, pacing), so the scans stay within
-//! what the budget holds. Where every kept chunk is held (scanners spread
+//! of ranges every scan has left go first. A read no scan waits for
+//! (a window's chunks started on the worker threads, the next range read
+//! ahead) drops no chunk a scan behind still needs (`left_behind`), and a
+//! scan that would fill the budget with such chunks waits a little for
+//! the scans behind it (`StreamShare::insert`, pacing), so the scans stay
+//! within what the budget holds. Where every kept chunk is held (scanners spread
 //! over more key ranges than the budget has room for), a scan reads its
 //! values alone, so the share's memory stays within its budget.
 //!
@@ -164,8 +166,8 @@ enum Full {
 const PACE_ACTIVE: std::time::Duration = std::time::Duration::from_millis(50);
 /// A scan ahead of another that is moving waits for it rather than take
 /// a chunk that would fill more than this share of the budget with chunks
-/// some scan still needs in this pass: the rest is room for the scans
-/// behind to take theirs without dropping the ones just ahead of them.
+/// left behind (`left_behind`): the rest is room for the scans behind to
+/// take theirs without dropping the ones just ahead of them.
 const PACE_FILL: (u64, u64) = (3, 4);
 /// Longest a scan waits for the scans behind it, per chunk, and how often
 /// it looks again meanwhile.
@@ -327,13 +329,15 @@ impl StreamShare {
     /// over more key ranges than it has room for) the caller reads its
     /// values alone instead. Of the others, the one the scans need last
     /// goes first (`next_use`), then chunks taken before chunks read
-    /// ahead, then the least recently used.
+    /// ahead, then the least recently used. A read nobody waits for (not
+    /// `claimed`) gets `Full::NoRoom` rather than drop a chunk a scan
+    /// behind `span.lo` still needs (`left_behind`).
     ///
     /// A `patient` caller (a scan that needs the chunk now, at key point
     /// `span.lo`) gets `Full::Behind` while a scan behind it is moving and
-    /// the chunks some scan still needs in this pass would fill more than
-    /// `PACE_FILL` of the budget, or room could only be made by dropping
-    /// one of them: it waits for the scan behind to take them, as one
+    /// the chunks left behind would fill more than `PACE_FILL` of the
+    /// budget, or room could only be made by dropping one of them: it
+    /// waits for the scan behind to take them, as one
     /// reader serving every scanner keeps them together. Dropped, those
     /// chunks would be read again for the scan behind, and scans drifting
     /// further apart than the budget holds read the data several times
@@ -366,7 +370,7 @@ impl StreamShare {
                 let needed: u64 = map
                     .slots
                     .values()
-                    .filter(|s| next_use(&points, s) != u64::MAX)
+                    .filter(|s| left_behind(&points, s, span.lo))
                     .map(|s| s.capacity)
                     .sum();
                 let (num, den) = PACE_FILL;
@@ -377,7 +381,7 @@ impl StreamShare {
         }
         while map.held + capacity > budget {
             let points: Vec<Place> = map.scans.values().copied().collect();
-            let (victim, next) = map
+            let (victim, behind) = map
                 .slots
                 .iter()
                 .filter(|(_, s)| match &*s.cell.state.lock() {
@@ -389,12 +393,21 @@ impl StreamShare {
                     (
                         *k,
                         (next_use(&points, s), s.taken, std::cmp::Reverse(s.used)),
+                        left_behind(&points, s, span.lo),
                     )
                 })
-                .max_by_key(|(_, rank)| *rank)
-                .map(|(k, (next, ..))| (k, next))
+                .max_by_key(|(_, rank, _)| *rank)
+                .map(|(k, _, behind)| (k, behind))
                 .ok_or(Full::NoRoom)?;
-            if patient && next != u64::MAX {
+            // A read the caller does not wait for takes no chunk a scan
+            // behind it still needs: that scan would read it again, and
+            // one scan reading alone behind the others reads at half the
+            // device's pace while they read too, so it falls further
+            // behind and reads everything again.
+            if behind && !claimed {
+                return Err(Full::NoRoom);
+            }
+            if patient && behind {
                 let now = std::time::Instant::now();
                 if map.scans.values().any(|p| p.behind(&span, now)) {
                     return Err(Full::Behind);
@@ -570,6 +583,12 @@ fn next_use(places: &[Place], slot: &Slot) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// Whether a scan behind key point `point` still needs `slot`: the chunk
+/// starts at or before `point`, and a scan has not passed it.
+fn left_behind(places: &[Place], slot: &Slot, point: u64) -> bool {
+    slot.lo <= point && next_use(places, slot) != u64::MAX
+}
+
 /// Bytes of the buffer chunk `index` of `seg` is read into: the chunk's
 /// bytes in the file rounded up to whole `BUFFER_STEP`s, at most `CHUNK`.
 /// `None` if the file's length cannot be had or the chunk is past its end.
@@ -716,6 +735,71 @@ mod tests {
         *map.slots[&(11, 0)].cell.state.lock() = Some(None);
         let ahead = share.insert(&mut map, (12, 0), CHUNK, true, span(50, 60), true, &p);
         assert!(ahead.is_ok(), "an idle scan behind held the scan ahead");
+    }
+
+    #[test]
+    fn a_read_ahead_takes_no_chunk_a_scan_behind_needs() {
+        let share = share(&[(20, 30), (40, 50), (100, 110), (200, 210)]);
+        let p = policy();
+        let mut map = share.map.lock();
+        // Scan 1 reads ahead past point 110. Segment 3, ahead of both
+        // scans, is needed last: it goes.
+        let ahead = share.insert(
+            &mut map,
+            (10, 0),
+            CHUNK,
+            false,
+            span(110, u64::MAX),
+            false,
+            &p,
+        );
+        assert!(
+            ahead.is_ok(),
+            "a chunk needed later than the one read ahead was kept"
+        );
+        *map.slots[&(10, 0)].cell.state.lock() = Some(None);
+        drop(map);
+        assert_eq!(kept(&share), [0, 1, 2, 10]);
+        // Next in line is segment 1, which scan 2 (at point 10) still
+        // needs behind scan 1: a read ahead does not take its room.
+        let mut map = share.map.lock();
+        let ahead = share.insert(
+            &mut map,
+            (11, 0),
+            CHUNK,
+            false,
+            span(120, u64::MAX),
+            false,
+            &p,
+        );
+        assert!(
+            matches!(ahead, Err(Full::NoRoom)),
+            "a read ahead dropped a chunk the scan behind needs"
+        );
+        drop(map);
+        assert_eq!(kept(&share), [0, 1, 2, 10], "nothing was dropped");
+        // A scan that needs its chunk now (out of patience) makes room.
+        let mut map = share.map.lock();
+        let now = share.insert(&mut map, (11, 0), CHUNK, true, span(120, 130), false, &p);
+        assert!(now.is_ok());
+    }
+
+    #[test]
+    fn a_scan_does_not_wait_for_scans_behind_to_drop_a_chunk_ahead_of_it() {
+        // Scans starting over at the front while the chunks kept are those
+        // of the end, which both need only last.
+        let share = share(&[(200, 210), (220, 230), (240, 250), (250, 255)]);
+        let p = policy();
+        let mut map = share.map.lock();
+        map.scans.insert(1, place(0, 5, u64::MAX));
+        map.scans.insert(2, place(0, 0, u64::MAX));
+        let ahead = share.insert(&mut map, (10, 0), CHUNK, true, span(5, 10), true, &p);
+        assert!(
+            ahead.is_ok(),
+            "the scan ahead waited for one behind that needs the chunk dropped after it"
+        );
+        drop(map);
+        assert_eq!(kept(&share), [0, 1, 2, 10]);
     }
 
     #[test]
