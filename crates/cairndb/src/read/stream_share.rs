@@ -381,7 +381,7 @@ impl StreamShare {
         }
         while map.held + capacity > budget {
             let points: Vec<Place> = map.scans.values().copied().collect();
-            let (victim, behind) = map
+            let (victim, slot) = map
                 .slots
                 .iter()
                 .filter(|(_, s)| match &*s.cell.state.lock() {
@@ -389,16 +389,9 @@ impl StreamShare {
                     Some(None) => true,
                     None => false,
                 })
-                .map(|(k, s)| {
-                    (
-                        *k,
-                        (next_use(&points, s), s.taken, std::cmp::Reverse(s.used)),
-                        left_behind(&points, s, span.lo),
-                    )
-                })
-                .max_by_key(|(_, rank, _)| *rank)
-                .map(|(k, _, behind)| (k, behind))
+                .max_by_key(|(_, s)| (next_use(&points, s), s.taken, std::cmp::Reverse(s.used)))
                 .ok_or(Full::NoRoom)?;
+            let (victim, behind) = (*victim, left_behind(&points, slot, span.lo));
             // A read the caller does not wait for takes no chunk a scan
             // behind it still needs: that scan would read it again, and
             // one scan reading alone behind the others reads at half the
