@@ -415,6 +415,7 @@ impl Db {
             scan_stream_chunk_reads: inner.share.streams.reads().0,
             scan_stream_bytes_read: inner.share.streams.reads().1,
             scan_stream_chunk_waits: inner.share.streams.waits(),
+            scan_stream_new_buffers: inner.share.streams.mapped(),
             scan_stream_paced: inner.share.streams.paced().0,
             scan_stream_paced_micros: inner.share.streams.paced().1,
             scan_windows_published: inner.share.windows.counts().0,
@@ -587,6 +588,10 @@ pub struct Stats {
     /// Times a long scan waited for a stream chunk being read for another
     /// scan (or read ahead for its own window).
     pub scan_stream_chunk_waits: u64,
+    /// Buffers the stream share mapped for its reads since open, none of
+    /// its spares fitting; every other stream chunk read reused one. A new
+    /// buffer's memory is faulted in (zeroed) by its first read.
+    pub scan_stream_new_buffers: u64,
     /// Stream chunks a long scan waited for the scans behind it before
     /// taking, so as not to drop a chunk they still needed, and the
     /// microseconds those waits took (`read/stream_share.rs`).

@@ -464,4 +464,12 @@ fn a_long_scan_reads_value_streams_whole() {
         "{} bytes of {stream_bytes} read whole",
         s.scan_stream_bytes_read
     );
+    // Every chunk read went into a buffer: a new one, or one a chunk
+    // read before left.
+    assert!(
+        s.scan_stream_new_buffers > 0 && s.scan_stream_new_buffers <= s.scan_stream_chunk_reads,
+        "{} new buffers for {} chunk reads",
+        s.scan_stream_new_buffers,
+        s.scan_stream_chunk_reads
+    );
 }

@@ -652,7 +652,7 @@ impl Engine for CairnEngine {
         let s = self.db.stats();
         Some(format!(
             "shared scans read {} chunks of {} MiB ({} ahead) into {} new buffers, waited {} times for a read, {} for laggards; \
-             value streams read whole: {} chunks, {:.1} MiB, waited {} times, {} times for scans behind ({:.2} s); windows of entries built {}, taken by other scans {}; {}",
+             value streams read whole: {} chunks, {:.1} MiB into {} new buffers, waited {} times, {} times for scans behind ({:.2} s); windows of entries built {}, taken by other scans {}; {}",
             s.scan_chunk_reads,
             cairndb::limits::SCAN_CHUNK_BYTES >> 20,
             s.scan_chunks_read_ahead,
@@ -661,6 +661,7 @@ impl Engine for CairnEngine {
             s.scan_laggard_waits,
             s.scan_stream_chunk_reads,
             s.scan_stream_bytes_read as f64 / (1 << 20) as f64,
+            s.scan_stream_new_buffers,
             s.scan_stream_chunk_waits,
             s.scan_stream_paced,
             s.scan_stream_paced_micros as f64 / 1e6,

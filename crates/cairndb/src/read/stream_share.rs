@@ -101,6 +101,8 @@ pub struct StreamShare {
     /// and the microseconds waited (stats).
     paced: AtomicU64,
     paced_us: AtomicU64,
+    /// Buffers mapped for reads, no spare fitting (stats).
+    mapped: AtomicU64,
 }
 
 #[derive(Default)]
@@ -514,7 +516,10 @@ impl StreamShare {
     fn buffer(&self, len: usize) -> std::io::Result<Chunk> {
         match self.buffers.take(len) {
             Some(buffer) => Ok(buffer),
-            None => Chunk::zeroed(len, crate::io::DIRECT_ALIGN),
+            None => {
+                self.mapped.fetch_add(1, Ordering::Relaxed);
+                Chunk::zeroed(len, crate::io::DIRECT_ALIGN)
+            }
         }
     }
 
@@ -557,6 +562,11 @@ impl StreamShare {
     /// Waits for a stream chunk another scan was reading, since open.
     pub fn waits(&self) -> u64 {
         self.waits.load(Ordering::Relaxed)
+    }
+
+    /// Buffers mapped for chunk reads (no spare fitting), since open.
+    pub fn mapped(&self) -> u64 {
+        self.mapped.load(Ordering::Relaxed)
     }
 }
 
