@@ -29,10 +29,18 @@ use std::collections::VecDeque;
 /// How long a writer spins, yielding its core, for its result or its turn
 /// before it sleeps on its condvar. A group takes tens of microseconds;
 /// sleeping and being woken costs each member two context switches, which
-/// on a small machine were a fifth of the write path's time. Loom models
-/// do not spin (it changes timing, not the states the queue can reach).
+/// on a small machine were a fifth of the write path's time, and on a
+/// virtual machine a core left idle halts and is woken through the host.
+/// With 8 writers on 2 cores (the contest's write phase, `cairn bench
+/// --workloads contest --threads 8 --no-device`), 200 µs wrote 711–865
+/// MB/s at 7.9–9.5 µs of CPU per put against 603–800 at 8.2–11.2 with
+/// 50 µs, faster in each of seven alternated pairs; 1 ms wrote faster
+/// still there (804–883) but made dbbench's 4-thread fillseq slower in
+/// the runs beside it (78 and 84 MB/s against 99 and 113 with 50 µs).
+/// Loom models do not spin (it changes timing, not the states the queue
+/// can reach).
 #[cfg(not(loom))]
-const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// A FIFO queue of items to commit in groups, with results of type `R`.
 pub(crate) struct GroupQueue<T, R> {
