@@ -517,8 +517,9 @@ impl StreamShare {
         match self.buffers.take(len) {
             Some(buffer) => Ok(buffer),
             None => {
+                let chunk = Chunk::zeroed(len, crate::io::DIRECT_ALIGN)?;
                 self.mapped.fetch_add(1, Ordering::Relaxed);
-                Chunk::zeroed(len, crate::io::DIRECT_ALIGN)
+                Ok(chunk)
             }
         }
     }
