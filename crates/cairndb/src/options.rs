@@ -260,8 +260,11 @@ pub struct Options {
     /// (`Stats::value_bytes_scanned_scattered_short`) lets the background
     /// thread settle as many, a step at a time (level 0 into level 1, or
     /// one deeper table rewritten in place), beside the reads and writes
-    /// that go on; so a database only read settles at most this ratio
-    /// times the bytes its short scans read at random, plus one step.
+    /// that go on; a step settles at least 16 times the bytes of the
+    /// tables it rewrites (at most 256 MiB), and later scans pay off what
+    /// it settled past what they had paid; so a database only read
+    /// settles at most this ratio times the bytes its short scans read at
+    /// random, plus one step.
     /// Long scans (which read value streams whole) and point reads pay
     /// for nothing. `0.0`: only `settle_after_idle` and `Db::compact`
     /// settle. Default 1.0.

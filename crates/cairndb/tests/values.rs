@@ -1552,6 +1552,92 @@ fn short_scans_settle_values_without_writes() {
     }
 }
 
+/// A settling step short scans paid for rewrites its table whole, so it
+/// settles at least 16 times the table's bytes (`SETTLE_PER_REWRITTEN_BYTE`),
+/// not only the 16 MiB the scans paid for: with long keys a 2 MiB table
+/// points to 40 MiB of values, and scans that paid for 17 MiB see
+/// more than 30 MiB settle in one go, which they then owe.
+#[test]
+fn a_step_short_scans_paid_for_settles_enough_to_be_worth_its_rewrite() {
+    const KEYS: usize = 10_000;
+    // 200-byte keys that share only their first 6 bytes, so that the
+    // tables are large beside their values.
+    let long_key = |i: usize| {
+        let mut k = key(i);
+        let mut x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        while k.len() < 200 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            k.push(b'a' + (x % 26) as u8);
+        }
+        k
+    };
+    let fs = MemFs::new();
+    let o = Options {
+        journal_bytes: 1 << 20,
+        memtable_bytes: 1 << 20,
+        background_compaction: true,
+        settle_after_idle: None,
+        settle_for_scans: 1.0,
+        ..opts(&fs, 1024)
+    };
+    let db = Db::open(dir(), o).expect("open");
+    for n in 0..KEYS {
+        let i = n * 1237 % KEYS;
+        db.put(long_key(i), value(i, 0, BIG)).expect("put");
+    }
+    db.flush().expect("flush");
+    let quiet = |db: &Db| {
+        let mut last = db.stats();
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(700));
+            let now = db.stats();
+            let same = |s: &cairndb::Stats| (s.compactions, s.settle_steps, s.value_bytes_settled);
+            if same(&now) == same(&last) {
+                return now;
+            }
+            last = now;
+        }
+    };
+    let before = quiet(&db);
+    let tables: u64 = before.bytes_per_level.iter().sum();
+    let unsettled = before.value_bytes_unsettled;
+    assert!(
+        tables * 16 > 30 << 20 && unsettled > tables * 16,
+        "tables {tables}, unsettled {unsettled}: {before:?}"
+    );
+    // Short scans from random starts, until they have paid for a step
+    // (16 MiB read at random from journals) and a little more.
+    let paid = before.value_bytes_scanned_scattered_short + (17 << 20);
+    let mut start = 17usize;
+    while db.stats().value_bytes_scanned_scattered_short < paid {
+        start = (start * 7919 + 13) % (KEYS - 50);
+        let n = db
+            .range(long_key(start)..)
+            .take(50)
+            .map(|e| e.expect("scan"))
+            .count();
+        assert_eq!(n, 50);
+    }
+    let after = quiet(&db);
+    let settled = after.value_bytes_settled - before.value_bytes_settled;
+    assert!(
+        settled >= tables * 16 - BIG as u64,
+        "settled {settled} of {unsettled}, tables {tables}: {after:?}"
+    );
+    // One step past what was paid for, no more.
+    let scanned =
+        after.value_bytes_scanned_scattered_short - before.value_bytes_scanned_scattered_short;
+    assert!(
+        settled <= scanned + tables * 16 + BIG as u64,
+        "settled {settled}, scanned {scanned}, tables {tables}: {after:?}"
+    );
+    for i in (0..KEYS).step_by(101) {
+        assert_eq!(db.get(long_key(i)).expect("get"), Some(value(i, 0, BIG)));
+    }
+}
+
 /// Settling waits while writes or reads of separated values go on, and
 /// starts once they stop for `settle_after_idle`.
 #[test]
