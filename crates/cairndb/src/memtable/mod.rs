@@ -30,6 +30,7 @@
 //! is never hidden by that shortcut.
 
 use crate::format::key::{self, Kind};
+use crate::limits::SEQNO_MAX;
 use crate::version::segments::SegmentFile;
 use crate::version::streams::Streams;
 use parking_lot::{RwLock, RwLockWriteGuard};
@@ -52,9 +53,11 @@ const WRITER_YIELD_OPS: usize = 64;
 /// 64 large inline values would hold readers for many times longer.
 const WRITER_YIELD_BYTES: usize = 256 << 10;
 
-/// Older versions of one user key a forward scan steps over one by one
-/// before it seeks past the rest (`Memtable::visible_forward`), as
-/// RocksDB's `max_sequential_skip_in_iterations`: a key updated in place
+/// Versions of one user key a chunk steps over one by one before it
+/// seeks: forward past the rest (`Memtable::visible_forward`), backward
+/// (oldest first) to the newest visible one and then before them all
+/// (`visible_backward`), as RocksDB's
+/// `max_sequential_skip_in_iterations`: a key updated in place
 /// thousands of times (the head of a zipfian update load) holds as many
 /// versions until the memtable is flushed, and a scan that met it walked
 /// them all — 11 % of YCSB E's CPU after A's updates. A seek costs a
@@ -414,10 +417,7 @@ impl Memtable {
     /// Seqno of the newest version of `user_key` of `keyspace` (a put or
     /// a tombstone).
     pub fn newest_seqno(&self, keyspace: u32, user_key: &[u8]) -> Option<u64> {
-        let seek = IKey::new(
-            user_key,
-            key::make_tag(crate::limits::SEQNO_MAX, key::KIND_SEEK),
-        );
+        let seek = IKey::new(user_key, key::make_tag(SEQNO_MAX, key::KIND_SEEK));
         self.first_from(keyspace, &seek, |ikey, _| {
             let (ukey, tag) = key::split(ikey)?;
             (ukey == user_key).then(|| key::tag_seqno(tag))
@@ -507,14 +507,47 @@ impl Memtable {
             return None;
         }
         let tree = self.map.read();
+        let map = tree.map(keyspace);
+        let mut entries = map.range((Bound::Unbounded, to)).rev();
         // Backward, a user key's versions come oldest first: the newest
-        // visible one is known only when the user key changes.
+        // visible one is known only when the user key changes, or, once
+        // `SKIP_BEFORE_SEEK` of them were stepped over, sought.
         let mut candidate: Option<(&IKey, ValRef)> = None;
-        for (k, v) in tree.map(keyspace).range((Bound::Unbounded, to)).rev() {
+        let mut run: (Option<&[u8]>, usize) = (None, 0);
+        while let Some((k, v)) = entries.next() {
             let ikey: &[u8] = k.as_bytes();
             let Some((user, tag)) = key::split(ikey) else {
                 continue;
             };
+            run = if run.0 == Some(user) {
+                (run.0, run.1 + 1)
+            } else {
+                (Some(user), 1)
+            };
+            if run.1 == SKIP_BEFORE_SEEK {
+                // The newest version at or below the snapshot comes first
+                // from here in internal order; `to` never falls among a
+                // user key's versions (iterator bounds take all or none),
+                // and a version past it would be left out all the same.
+                let newest =
+                    IKey::new(user, key::make_tag(snapshot.min(SEQNO_MAX), key::KIND_SEEK));
+                let found = map
+                    .range((Bound::Included(&newest), Bound::Unbounded))
+                    .next()
+                    .filter(|(f, _)| key::user_key(f.as_bytes()) == user)
+                    .filter(|(f, _)| match to {
+                        Bound::Included(t) => *f <= t,
+                        Bound::Excluded(t) => *f < t,
+                        Bound::Unbounded => true,
+                    });
+                if let Some((f, fv)) = found {
+                    candidate = Some((f, *fv));
+                }
+                // Tag `u64::MAX` sorts before every version of `user`.
+                let before = IKey::new(user, u64::MAX);
+                entries = map.range((Bound::Unbounded, Bound::Excluded(before))).rev();
+                continue;
+            }
             let new_user = candidate.is_some_and(|(c, _)| key::user_key(c.as_bytes()) != user);
             if new_user {
                 if let Some((c, cv)) = candidate.take() {
@@ -671,13 +704,14 @@ mod tests {
         );
     }
 
-    /// A forward chunk over user keys with many versions (sought past
-    /// after `SKIP_BEFORE_SEEK`, `visible_forward`) yields what stepping
-    /// over every version yields: the newest visible version of each user
-    /// key, keys that extend a many-versioned key (`k\0`, `ka`) included,
-    /// for every snapshot, chunk size and start.
+    /// Chunks over user keys with many versions (sought past after
+    /// `SKIP_BEFORE_SEEK`, `visible_forward` and `visible_backward`)
+    /// yield what stepping over every version yields: the newest visible
+    /// version of each user key, keys that extend a many-versioned key
+    /// (`k\0`, `ka`) included, for every snapshot, chunk size and start,
+    /// in both directions.
     #[test]
-    fn forward_chunks_seek_past_many_versions_and_miss_nothing() {
+    fn chunks_seek_past_many_versions_and_miss_nothing() {
         let m = Memtable::new(1);
         // user key -> (seqno, kind) of each version.
         let mut model: BTreeMap<Vec<u8>, Vec<(u64, Kind)>> = BTreeMap::new();
@@ -714,7 +748,7 @@ mod tests {
             for from in [&b""[..], b"k", b"k\0", b"kb"] {
                 for max in [1, 2, 3, 64] {
                     let mut got = Vec::new();
-                    let start = IKey::new(from, key::make_tag(crate::limits::SEQNO_MAX, 0xff));
+                    let start = IKey::new(from, key::make_tag(SEQNO_MAX, key::KIND_SEEK));
                     let mut resume = Some(Bound::Included(start.as_bytes().to_vec()));
                     while let Some(r) = resume.take() {
                         let k = match &r {
@@ -741,6 +775,64 @@ mod tests {
                         got,
                         expect(from, snapshot),
                         "snapshot {snapshot} from {from:?} max {max}"
+                    );
+                }
+            }
+            // Backward, from the ends iterators start at: after every
+            // version of a user key (tag 0), or before every one.
+            for (to, inclusive) in [
+                (&b"l"[..], true),
+                (b"ka", true),
+                (b"k\0", false),
+                (b"k", true),
+            ] {
+                for max in [1, 2, 3, 64] {
+                    let mut got = Vec::new();
+                    let first = if inclusive {
+                        Bound::Included(IKey::new(to, 0).as_bytes().to_vec())
+                    } else {
+                        Bound::Excluded(
+                            IKey::new(to, key::make_tag(SEQNO_MAX, key::KIND_SEEK))
+                                .as_bytes()
+                                .to_vec(),
+                        )
+                    };
+                    let mut resume = Some(first);
+                    while let Some(r) = resume.take() {
+                        let k = match &r {
+                            Bound::Included(k) | Bound::Excluded(k) => IKey::from_encoded(k),
+                            Bound::Unbounded => unreachable!("chunks resume at a key"),
+                        };
+                        let bound = match &r {
+                            Bound::Included(_) => Bound::Included(&k),
+                            _ => Bound::Excluded(&k),
+                        };
+                        let mut out = Vec::new();
+                        resume = m.visible_backward(0, bound, snapshot, max, &mut out);
+                        assert!(out.len() <= max);
+                        got.extend(out.iter().map(|(k, v)| {
+                            let (u, t) = key::split(k).expect("ikey");
+                            let s = key::tag_seqno(t);
+                            if key::tag_kind(t) == Kind::Put as u8 {
+                                assert_eq!(v, format!("{s}").as_bytes());
+                            }
+                            (u.to_vec(), s)
+                        }));
+                    }
+                    let mut want: Vec<_> = expect(b"", snapshot)
+                        .into_iter()
+                        .filter(|(u, _)| {
+                            if inclusive {
+                                u.as_slice() <= to
+                            } else {
+                                u.as_slice() < to
+                            }
+                        })
+                        .collect();
+                    want.reverse();
+                    assert_eq!(
+                        got, want,
+                        "backward: snapshot {snapshot} to {to:?} max {max}"
                     );
                 }
             }
