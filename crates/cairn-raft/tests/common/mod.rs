@@ -4,9 +4,11 @@
 //! address. Children are killed when the cluster is dropped, so a failed
 //! test leaves no process behind.
 //!
-//! Ports: each is found by binding port 0 and releasing it before the
-//! child binds it again; another process could take it in between (the
-//! child then fails to start and the test says so).
+//! Ports: a node's first start listens on port 0 and the harness reads
+//! the address it bound from its log ("serving on ADDR"), so no port is
+//! chosen by one process and bound by another (two tests picking the same
+//! released port would join each other's clusters). A restart asks for
+//! that address again. A test that panics prints every node's log.
 
 #![allow(dead_code, reason = "each test file uses part of the harness")]
 
@@ -36,9 +38,21 @@ pub struct Cluster {
     pub client: Client,
 }
 
-fn free_port() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-    l.local_addr().expect("its address").to_string()
+/// What a node prints to its log once it serves, before its address.
+const SERVING_ON: &str = " serving on ";
+
+/// Where a node listens before it has bound a port of its own.
+const ANY_PORT: &str = "127.0.0.1:0";
+
+fn log_path(p: &Proc) -> PathBuf {
+    p.dir.with_extension("log")
+}
+
+/// The address in the last "serving on" line of `log`.
+fn served_addr(log: &str) -> Option<String> {
+    let line = log.lines().rev().find(|l| l.contains(SERVING_ON))?;
+    let (_, addr) = line.split_once(SERVING_ON)?;
+    Some(addr.trim().to_string())
 }
 
 impl Cluster {
@@ -64,23 +78,30 @@ impl Cluster {
     /// Starts `n` nodes (ids 1..=n) with `flags`, each on its own.
     pub async fn start_uninitialized(n: u64, flags: &[&str]) -> Cluster {
         let root = tempfile::tempdir().expect("a temporary directory");
-        let nodes: Vec<Proc> = (1..=n)
+        let mut nodes: Vec<Proc> = (1..=n)
             .map(|id| Proc {
                 id,
-                addr: free_port(),
+                addr: ANY_PORT.to_string(),
                 dir: root.path().join(format!("node-{id}")),
                 child: None,
             })
             .collect();
+        let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        for p in &mut nodes {
+            p.child = Some(start_child(p, &flags));
+        }
+        for p in &mut nodes {
+            p.addr = bound_addr(p);
+        }
         let client = Client::new(nodes.iter().map(|p| p.addr.clone()));
-        let mut cluster = Cluster {
+        let cluster = Cluster {
             nodes,
-            flags: flags.iter().map(|f| f.to_string()).collect(),
+            flags,
             _root: root,
             client,
         };
-        for id in 1..=n {
-            cluster.spawn(id).await;
+        for p in &cluster.nodes {
+            cluster.wait_answers(p).await;
         }
         cluster
     }
@@ -95,23 +116,20 @@ impl Cluster {
         let flags = self.flags.clone();
         let p = &mut self.nodes[(id - 1) as usize];
         assert!(p.child.is_none(), "node {id} is running");
-        let log = std::fs::File::create(p.dir.with_extension("log")).expect("a log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_cairn-raft-node"))
-            .args(["--id", &id.to_string(), "--listen", &p.addr, "--dir"])
-            .arg(&p.dir)
-            .args(&flags)
-            .env(DEBUG_HOOKS_ENV, "1")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("the node binary starts");
-        p.child = Some(child);
-        let addr = p.addr.clone();
+        assert!(p.addr != ANY_PORT, "node {id} has served before");
+        p.child = Some(start_child(p, &flags));
+        let p = &self.nodes[(id - 1) as usize];
+        self.wait_answers(p).await;
+    }
+
+    async fn wait_answers(&self, p: &Proc) {
         let start = Instant::now();
-        while self.client.metrics(&addr).await.is_err() {
+        while self.client.metrics(&p.addr).await.is_err() {
             assert!(
                 start.elapsed() < WAIT_MAX,
-                "node {id} did not answer on {addr}"
+                "node {} did not answer on {}",
+                p.id,
+                p.addr
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -139,9 +157,35 @@ impl Cluster {
             {
                 return l;
             }
-            assert!(start.elapsed() < WAIT_MAX, "no leader for {WAIT_MAX:?}");
+            if start.elapsed() >= WAIT_MAX {
+                panic!("no leader for {WAIT_MAX:?}:\n{}", self.states().await);
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Each running node's state, term, vote and leader as it reports
+    /// them, one line per node (for a failure message).
+    async fn states(&self) -> String {
+        let mut out = String::new();
+        for p in self.running() {
+            let line = match self.client.metrics(&p.addr).await {
+                Ok(m) => format!(
+                    "node {} at {}: {:?}, term {}, vote {}, leader {:?}, applied {:?}",
+                    p.id,
+                    p.addr,
+                    m.state,
+                    m.current_term,
+                    m.vote,
+                    m.current_leader,
+                    m.last_applied.map(|l| l.index)
+                ),
+                Err(e) => format!("node {} at {}: no metrics: {e}", p.id, p.addr),
+            };
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
     }
 
     async fn agreed_leader(&self) -> Option<u64> {
@@ -217,8 +261,53 @@ impl Cluster {
     }
 }
 
+/// Starts node `p` on its address, its log appended to.
+fn start_child(p: &Proc, flags: &[String]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path(p))
+        .expect("a log file");
+    Command::new(env!("CARGO_BIN_EXE_cairn-raft-node"))
+        .args(["--id", &p.id.to_string(), "--listen", &p.addr, "--dir"])
+        .arg(&p.dir)
+        .args(flags)
+        .env(DEBUG_HOOKS_ENV, "1")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("the node binary starts")
+}
+
+/// Waits until node `p`, started on port 0, logs the address it bound.
+fn bound_addr(p: &mut Proc) -> String {
+    let start = Instant::now();
+    loop {
+        let log = std::fs::read_to_string(log_path(p)).unwrap_or_default();
+        if let Some(addr) = served_addr(&log) {
+            return addr;
+        }
+        let child = p.child.as_mut().expect("node is running");
+        if let Some(status) = child.try_wait().expect("the node's status") {
+            panic!("node {} exited ({status}) before serving:\n{log}", p.id);
+        }
+        assert!(
+            start.elapsed() < WAIT_MAX,
+            "node {} logged no address:\n{log}",
+            p.id
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            for p in &self.nodes {
+                let log = std::fs::read_to_string(log_path(p)).unwrap_or_default();
+                eprintln!("---- node {} at {}: its log ----\n{log}", p.id, p.addr);
+            }
+        }
         for p in &mut self.nodes {
             if let Some(mut c) = p.child.take() {
                 let _ = c.kill();
