@@ -9,10 +9,17 @@
 //! (openraft's `max_in_snapshot_log_to_keep`, default 1000).
 //! `CAIRN_RAFT_DEBUG_HOOKS=1` in the environment routes the partition test
 //! hook `POST /debug/partition`.
+//!
+//! The node logs to stderr: warnings and errors by default, or what
+//! `RUST_LOG` selects (`RUST_LOG=openraft=info` adds elections and
+//! membership changes).
 
 use std::process::ExitCode;
 
 use cairn_raft::service::{Node, ServiceError, config};
+
+/// What the node logs when RUST_LOG is unset.
+const LOG_DEFAULT: &str = "warn";
 
 const USAGE: &str = "usage: cairn-raft-node --id N --listen HOST:PORT --dir PATH [--snapshot-every N] [--logs-keep N]";
 
@@ -50,6 +57,13 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(LOG_DEFAULT));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     let args = match parse(std::env::args().skip(1)) {
         Ok(a) => a,
         Err(e) => {

@@ -273,6 +273,8 @@ fn start_child(p: &Proc, flags: &[String]) -> Child {
         .arg(&p.dir)
         .args(flags)
         .env(DEBUG_HOOKS_ENV, "1")
+        // Elections and membership changes, for the log a failure prints.
+        .env("RUST_LOG", "warn,openraft::engine=info")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
