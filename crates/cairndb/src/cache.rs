@@ -3,7 +3,8 @@
 //! Owns: a sharded, byte-weighted cache (quick_cache's CLOCK-Pro variant)
 //! from `(table id, block offset)` to a decoded [`Block`]. Only blocks whose
 //! trailer checksum matched and whose restart array validated are inserted,
-//! so a hit skips both the read and the checksum.
+//! so a hit skips both the read and the checksum; or blocks a merge put in
+//! as it wrote them (`TableWriter::caching`), the bytes the file holds.
 //!
 //! Capacity: its own bytes (`Options::block_cache_bytes`, given to
 //! [`BlockCache::new`]) plus what the database lends it
@@ -22,12 +23,13 @@
 //! shared by every open table. Capacity 0 disables it: lookups miss and
 //! inserts are dropped.
 
+use crate::counter::{self, SLOTS};
 use crate::format::block::Block;
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Fixed per-entry cost added to the block length, for the key, the Arc
 /// header and the cache's own bookkeeping.
@@ -42,26 +44,13 @@ impl Weighter<(u64, u64), Block> for BlockWeighter {
     }
 }
 
-/// Counter slots the hit and miss counts are spread over, so that
-/// readers on different cores do not write the same cache line on every
-/// lookup (one shared counter pair was a line bounced between the cores
-/// at every block a reader touched).
-const COUNTER_SLOTS: usize = 16;
-
-/// Hits and misses counted by the threads of one slot.
+/// Hits and misses counted by the threads of one slot (`counter::slot`:
+/// readers on different cores do not write the same cache line at every
+/// lookup).
 #[derive(Default)]
 struct Counts {
     hits: AtomicU64,
     misses: AtomicU64,
-}
-
-/// The counter slot of the calling thread: threads take slots in turn.
-fn counter_slot() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SLOT: usize = NEXT.fetch_add(1, Relaxed) % COUNTER_SLOTS;
-    }
-    SLOT.with(|s| *s)
 }
 
 /// A byte-bounded cache of table blocks.
@@ -99,7 +88,7 @@ impl BlockCache {
             inner,
             base: capacity_bytes,
             lent: Mutex::new(0),
-            counts: (0..COUNTER_SLOTS).map(|_| CachePadded::default()).collect(),
+            counts: (0..SLOTS).map(|_| CachePadded::default()).collect(),
         }
     }
 
@@ -127,7 +116,7 @@ impl BlockCache {
     /// The block of table `table_id` at `offset`, if cached.
     pub fn get(&self, table_id: u64, offset: u64) -> Option<Block> {
         let found = self.inner.as_ref()?.get(&(table_id, offset));
-        let counts = &self.counts[counter_slot()];
+        let counts = &self.counts[counter::slot()];
         let counter = if found.is_some() {
             &counts.hits
         } else {

@@ -33,6 +33,7 @@ pub mod backup;
 pub mod cache;
 mod checkpoint;
 mod compaction;
+mod counter;
 mod db;
 mod engine;
 pub mod error;

@@ -4,6 +4,7 @@
 use super::gc::{Created, Moves, Moving};
 use super::pick::{Compaction, L0_DROPS_MIN};
 use super::warm::warm_later;
+use crate::cache::BlockCache;
 use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::format::key::{self, Kind};
@@ -15,6 +16,7 @@ use crate::read::cursor::{Cursor, Dir, MergeCursor, table_cursor};
 use crate::sync;
 use crate::version::segments::SegmentFile;
 use crate::version::{TableFile, Version, files};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// Runs compaction `c` into the next level, or, for a settling step of
@@ -34,7 +36,7 @@ pub(super) fn compact(inner: &Inner, v: &Version, c: Compaction, moving: Moving)
         edit.removed
             .extend(c.below.iter().map(|f| (out_level, f.number)));
         let all: Vec<_> = c.inputs.iter().chain(&c.below).cloned().collect();
-        match merge(inner, v, c.keyspace, &all, out_level, moving)? {
+        match merge(inner, v, c.keyspace, &all, out_level, moving, c.warm)? {
             Some(merged) => {
                 if c.level == 0 {
                     let read: u64 = c.inputs.iter().map(|f| f.entries).sum();
@@ -129,9 +131,19 @@ pub(super) fn merge(
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
     moving: Moving,
+    warm: bool,
 ) -> Result<Option<Merged>> {
     let mut created = Created::default();
-    let merged = merge_into(inner, v, keyspace, inputs, out_level, moving, &mut created);
+    let merged = merge_into(
+        inner,
+        v,
+        keyspace,
+        inputs,
+        out_level,
+        moving,
+        warm,
+        &mut created,
+    );
     if let Ok(Some(m)) = &merged {
         inner.counters.table_bytes.fetch_add(
             m.tables.iter().map(|r| r.size).sum::<u64>(),
@@ -153,6 +165,7 @@ pub(super) fn merge(
 
 /// `merge`, recording every file it creates in `created`. Every input is
 /// of `keyspace`, and so is every output.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn merge_into(
     inner: &Inner,
     v: &Version,
@@ -160,6 +173,7 @@ pub(super) fn merge_into(
     inputs: &[sync::Arc<TableFile>],
     out_level: usize,
     moving: Moving,
+    warm: bool,
     created: &mut Created,
 ) -> Result<Option<Merged>> {
     assert!(
@@ -177,6 +191,7 @@ pub(super) fn merge_into(
     let mut merged = open_inputs(inner, inputs)?;
     let mut out = Outputs {
         inner,
+        warm: if warm { inner.blocks.clone() } else { None },
         opts: &table_opts,
         table_bytes,
         keyspace,
@@ -310,6 +325,9 @@ struct Waiting {
 /// that may be compressed) is known only then.
 struct Outputs<'a> {
     inner: &'a Inner,
+    /// The cache the outputs' data blocks go into as they are written
+    /// (`Compaction::warm`).
+    warm: Option<Arc<BlockCache>>,
     opts: &'a TableOptions,
     table_bytes: u64,
     keyspace: u32,
@@ -394,7 +412,12 @@ impl Outputs<'_> {
             None => {
                 &mut self
                     .writer
-                    .insert(new_table(self.inner, self.opts, created)?)
+                    .insert(new_table(
+                        self.inner,
+                        self.opts,
+                        self.warm.clone(),
+                        created,
+                    )?)
                     .1
             }
         };
@@ -425,14 +448,16 @@ fn open_inputs(inner: &Inner, inputs: &[sync::Arc<TableFile>]) -> Result<MergeCu
 fn new_table(
     inner: &Inner,
     opts: &TableOptions,
+    warm: Option<Arc<BlockCache>>,
     created: &mut Created,
 ) -> Result<(u64, TableWriter)> {
     let (number, file) = created.create(inner, false)?;
     let path = files::table(&inner.dir, number);
-    Ok((
-        number,
-        TableWriter::new(file, path, opts).owned_by(opts.db_id, number),
-    ))
+    let mut writer = TableWriter::new(file, path, opts).owned_by(opts.db_id, number);
+    if let Some(cache) = warm {
+        writer = writer.caching(cache, number);
+    }
+    Ok((number, writer))
 }
 
 /// Whether the value the pointer `stored` names moves, and how: value GC

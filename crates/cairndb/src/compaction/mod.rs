@@ -7,7 +7,10 @@
 //! nothing but fewer tables to search; `L0Triggers`), level i >= 1 by
 //! bytes against
 //! `level1_bytes * level_multiplier^(i-1)`; the highest score >= 1 is
-//! compacted. Level 0 compacts all its tables with the overlapping level-1
+//! compacted. Below its trigger, level 0 also merges once reads through
+//! several of its tables have paid for it (`pick::ProbeDue`), its
+//! outputs' blocks put into the block cache as they are written. Level 0
+//! compacts all its tables with the overlapping level-1
 //! tables; a deeper level compacts one table (round robin through its key
 //! range) with the overlapping tables of the next level. A single table
 //! with nothing below it is moved by a manifest edit alone.
@@ -53,8 +56,8 @@ use crate::format::manifest::Edit;
 use crate::limits::LEVELS;
 use gc::{Moving, gc_allowance};
 use merge::{compact, log_merge};
-use pick::scores;
 pub(crate) use pick::{L0Triggers, write_pressure};
+use pick::{ProbeDue, scores};
 pub(crate) use settle::settle_now;
 use settle::{Idle, ReadDue, SettleDue, settle_step, settle_step_for_reads};
 use std::sync::atomic::Ordering;
@@ -66,7 +69,11 @@ use warm::{WARM_AFTER_QUIET, WARM_READS};
 enum Work {
     /// Remove the tables of dropped keyspaces.
     Drop,
-    Compact,
+    /// A compaction some level's score asks for, or (`for_reads`) the
+    /// level-0 merge reads paid for (`ProbeDue`).
+    Compact {
+        for_reads: bool,
+    },
     Warm,
     /// A settling step short scans paid for (`ReadDue`).
     SettleForReads,
@@ -97,6 +104,7 @@ struct Thread {
     appended_before: u64,
     settle_due: SettleDue,
     read_due: ReadDue,
+    probe_due: ProbeDue,
     idle: Idle,
     /// Journal bytes last seen appended, and since when no more were.
     writes: (u64, Instant),
@@ -114,6 +122,7 @@ impl Thread {
             appended_before: appended,
             settle_due: SettleDue::new(inner),
             read_due: ReadDue::new(inner),
+            probe_due: ProbeDue::new(inner),
             idle: Idle::new(inner),
             writes: (appended, Instant::now()),
             reads_at_warm: inner.policy.page_cache_reads(),
@@ -168,11 +177,15 @@ impl Thread {
             self.reads_at_warm = reads;
             return Some(Work::Warm);
         }
+        self.probe_due.look(inner, &v);
         if scores(&v, &inner.opts, L0Triggers::now(inner).compact)
             .iter()
             .any(|s| *s >= 1.0)
         {
-            return Some(Work::Compact);
+            return Some(Work::Compact { for_reads: false });
+        }
+        if unpaused && self.probe_due.ready(&v) {
+            return Some(Work::Compact { for_reads: true });
         }
         if unpaused && self.read_due.ready(inner, &v) {
             return Some(Work::SettleForReads);
@@ -185,16 +198,25 @@ impl Thread {
         let v = inner.state.read().version.clone();
         match work {
             Work::Drop => drop::remove_dropped(inner, &v),
-            Work::Compact => {
+            Work::Compact { for_reads } => {
                 let appended = inner.counters.journal_bytes.load(Ordering::Relaxed);
                 let paced = Moving::Paced {
                     gc: gc_allowance(&inner.opts, appended - self.appended_before),
                     settle: self.settle_due.take(),
                 };
                 self.appended_before = appended;
-                let triggers = L0Triggers::now(inner).compact;
+                let mut triggers = L0Triggers::now(inner).compact;
+                if for_reads {
+                    // Level 0 scores 1 as it is; a level scoring more
+                    // (none did when this was due) goes first.
+                    self.probe_due.spent();
+                    triggers = triggers.min(v.l0_depth()).max(1);
+                }
                 match pick::pick(&v, &inner.opts, triggers, &mut self.pointer) {
-                    Some(c) => compact(inner, &v, c, paced),
+                    Some(mut c) => {
+                        c.warm = for_reads && c.level == 0;
+                        compact(inner, &v, c, paced)
+                    }
                     None => Ok(()),
                 }
             }
@@ -258,7 +280,7 @@ pub(crate) fn compact_all(inner: &Inner) -> Result<()> {
                 all.push(f.clone());
             }
         }
-        merge::merge(inner, &v, keyspace, &all, target, Moving::All)?
+        merge::merge(inner, &v, keyspace, &all, target, Moving::All, false)?
             .expect("only a settling step gives up a merge")
             .into_edit(&mut edit);
         let moved: Vec<u64> = edit.value_live.iter().map(|&(n, _)| n).collect();

@@ -352,6 +352,7 @@ pub(super) fn settle_one(
                 level: 0,
                 below: v.overlapping(1, first.keyspace, &lo, &hi),
                 inputs: level0,
+                warm: false,
             };
             taken.extend(c.inputs.iter().chain(&c.below).map(|f| f.number));
             inner.counters.settle_steps.fetch_add(1, Ordering::Relaxed);
@@ -377,6 +378,7 @@ pub(super) fn settle_one(
                         level,
                         inputs: vec![f.clone()],
                         below: Vec::new(),
+                        warm: false,
                     };
                     taken.push(f.number);
                     inner.counters.settle_steps.fetch_add(1, Ordering::Relaxed);

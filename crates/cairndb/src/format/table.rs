@@ -157,6 +157,9 @@ pub struct TableWriter {
     owner: (u64, u64),
     /// The keyspace written into the properties (`None`: the default).
     keyspace: Option<Arc<KeyspaceRecord>>,
+    /// The cache each data block goes into as it is written, and the
+    /// table's id there (`caching`).
+    cache: Option<(Arc<BlockCache>, u64)>,
 }
 
 impl TableWriter {
@@ -185,7 +188,16 @@ impl TableWriter {
             failed: false,
             owner: (0, 0),
             keyspace: opts.keyspace.clone(),
+            cache: None,
         }
+    }
+
+    /// Puts each data block into `cache` as it is written, as the block
+    /// of table `id` (its file number, as `Table::open` is given) a read
+    /// would insert: the bytes it wrote, so no checksum needs checking.
+    pub fn caching(mut self, cache: Arc<BlockCache>, id: u64) -> Self {
+        self.cache = Some((cache, id));
+        self
     }
 
     /// Names the database (its identity, `Inner::db_id`) and the file
@@ -335,6 +347,11 @@ impl TableWriter {
         };
         self.packed = packed;
         let h = h?;
+        if let Some((cache, id)) = &self.cache
+            && let Ok(block) = Block::new(bytes.into()).and_then(|b| b.with_hints(key::user_key))
+        {
+            cache.insert(*id, h.offset, block);
+        }
         let mut handle = Vec::with_capacity(20);
         put_varint(&mut handle, h.offset);
         put_varint(&mut handle, h.size);

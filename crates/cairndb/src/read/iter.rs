@@ -188,6 +188,12 @@ enum Ready {
     Own(Vec<Result<Entry>>),
 }
 
+/// What a seek merging level-0 tables counts for each table past the
+/// first, in point reads (`ReadPolicy::probed_level0`): it reads at
+/// least one block of each, and compares every entry it returns against
+/// each.
+const SEEK_PROBES: u64 = 8;
+
 /// Most entries one refill reads ahead.
 pub const WINDOW_MAX: usize = 256;
 /// Most value bytes one refill reads ahead. With the window in flight
@@ -315,13 +321,18 @@ impl Iter {
         if !tables {
             return Ok(MergeCursor::new(children, dir));
         }
+        let mut level0: u64 = 0;
         for file in v.version.levels[0]
             .iter()
             .filter(|f| f.keyspace == self.keyspace)
         {
             let table = v.tables.get(file)?;
             children.push(Box::new(table_cursor(&table, dir, start.as_deref())));
+            level0 += 1;
         }
+        // A seek reads a block or more of every level-0 table it merges.
+        v.policy
+            .probed_level0(level0.saturating_sub(1) * SEEK_PROBES);
         for level in 1..v.version.levels.len() {
             let files = v.version.level_of(level, self.keyspace);
             if files.is_empty() {

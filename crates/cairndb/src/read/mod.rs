@@ -230,17 +230,26 @@ impl ReadView {
                 return Ok(Some(found));
             }
         }
+        // Level-0 tables come first; each one consulted past the first
+        // is counted for compaction (`ReadPolicy::probed_level0`).
+        let level0 = self.version.levels[0].len();
+        let mut consulted = 0;
+        let mut found = None;
         for file in self.tables_for(keyspace, user_key) {
+            consulted += 1;
             let table = self.tables.get(file)?;
             if let Some((tag, value)) = table.get(user_key, snapshot)? {
-                return Ok(Some(match Kind::from_u8(key::tag_kind(tag)) {
+                found = Some(match Kind::from_u8(key::tag_kind(tag)) {
                     Some(Kind::Put) => Lookup::Found(value),
                     Some(Kind::Pointer) => Lookup::Pointer(value),
                     _ => Lookup::Deleted,
-                }));
+                });
+                break;
             }
         }
-        Ok(None)
+        self.policy
+            .probed_level0(consulted.min(level0).saturating_sub(1) as u64);
+        Ok(found)
     }
 
     /// The values of `user_keys` at `snapshot`, in their order, each as

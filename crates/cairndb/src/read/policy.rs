@@ -92,6 +92,8 @@ pub struct ReadPolicy {
     unasked: AtomicU64,
     /// Reads served out of a memory map (counted in `cached` too).
     mapped: AtomicU64,
+    /// Level-0 tables reads consulted past the first (`probed_level0`).
+    level0_probes: crate::counter::Striped,
     /// Flushed values the page cache holds are copied out of memory maps
     /// of their files (`Options::map_values`, `io/map.rs`).
     pub maps: bool,
@@ -118,6 +120,7 @@ impl ReadPolicy {
             trusted_reads: AtomicU32::new(0),
             unasked: AtomicU64::new(0),
             mapped: AtomicU64::new(0),
+            level0_probes: crate::counter::Striped::default(),
             maps: false,
         }
     }
@@ -274,6 +277,19 @@ impl ReadPolicy {
         if short {
             self.scattered_short.fetch_add(bytes, Ordering::Relaxed);
         }
+    }
+
+    /// A read consulted `extra` level-0 tables past the first: what a
+    /// merge of level 0 would have spared it (compaction's `ProbeDue`).
+    pub fn probed_level0(&self, extra: u64) {
+        if extra > 0 {
+            self.level0_probes.add(extra);
+        }
+    }
+
+    /// Level-0 tables reads consulted past the first, since open.
+    pub fn level0_probes(&self) -> u64 {
+        self.level0_probes.sum()
     }
 
     /// Of `scattered`, the bytes short scans read.
