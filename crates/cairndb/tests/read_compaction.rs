@@ -129,3 +129,31 @@ fn reads_that_consult_one_table_each_leave_level0_as_it_is() {
     }
     assert_eq!(db.stats().tables_per_level[0], 3);
 }
+
+#[test]
+fn reads_over_level0_tables_of_disjoint_ranges_leave_them_as_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts()).unwrap();
+    // Sequential keys: each table holds a range of its own.
+    for round in 0..3 {
+        for i in round * KEYS..(round + 1) * KEYS {
+            db.put(key(i), value(i)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    assert_eq!(db.stats().tables_per_level[0], 3);
+    let start = Instant::now();
+    let mut i = 0u64;
+    while start.elapsed() < Duration::from_secs(1) {
+        let k = (i * 7919) % (3 * KEYS);
+        assert_eq!(db.get(key(k)).unwrap(), Some(value(k)));
+        let first = db.range(key(k)..).next().unwrap().unwrap();
+        assert_eq!(&first.0[..], &key(k)[..]);
+        i += 1;
+    }
+    assert_eq!(
+        db.stats().tables_per_level[0],
+        3,
+        "after {i} reads and seeks"
+    );
+}

@@ -188,10 +188,10 @@ enum Ready {
     Own(Vec<Result<Entry>>),
 }
 
-/// What a seek merging level-0 tables counts for each table past the
-/// first, in point reads (`ReadPolicy::probed_level0`): it reads at
-/// least one block of each, and compares every entry it returns against
-/// each.
+/// What a seek counts, in point reads (`ReadPolicy::probed_level0`), for
+/// each level-0 table past the first that holds the place it starts at:
+/// it reads at least one block of each, and compares every entry it
+/// returns against each.
 const SEEK_PROBES: u64 = 8;
 
 /// Most entries one refill reads ahead.
@@ -321,6 +321,8 @@ impl Iter {
         if !tables {
             return Ok(MergeCursor::new(children, dir));
         }
+        // Level-0 tables that hold the place a seek starts at: it reads a
+        // block or more of each.
         let mut level0: u64 = 0;
         for file in v.version.levels[0]
             .iter()
@@ -328,9 +330,13 @@ impl Iter {
         {
             let table = v.tables.get(file)?;
             children.push(Box::new(table_cursor(&table, dir, start.as_deref())));
-            level0 += 1;
+            if start
+                .as_deref()
+                .is_none_or(|s| file.covers(self.keyspace, key::user_key(s)))
+            {
+                level0 += 1;
+            }
         }
-        // A seek reads a block or more of every level-0 table it merges.
         v.policy
             .probed_level0(level0.saturating_sub(1) * SEEK_PROBES);
         for level in 1..v.version.levels.len() {

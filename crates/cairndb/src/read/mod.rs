@@ -230,9 +230,6 @@ impl ReadView {
                 return Ok(Some(found));
             }
         }
-        // Level-0 tables come first; each one consulted past the first
-        // is counted for compaction (`ReadPolicy::probed_level0`).
-        let level0 = self.version.levels[0].len();
         let mut consulted = 0;
         let mut found = None;
         for file in self.tables_for(keyspace, user_key) {
@@ -247,8 +244,16 @@ impl ReadView {
                 break;
             }
         }
-        self.policy
-            .probed_level0(consulted.min(level0).saturating_sub(1) as u64);
+        // The level-0 tables come first: each one consulted past the
+        // first is counted for compaction (`ReadPolicy::probed_level0`).
+        if consulted > 1 {
+            let level0 = self.version.levels[0]
+                .iter()
+                .filter(|f| f.covers(keyspace, user_key))
+                .count();
+            self.policy
+                .probed_level0(consulted.min(level0).saturating_sub(1) as u64);
+        }
         Ok(found)
     }
 
