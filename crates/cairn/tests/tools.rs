@@ -36,6 +36,26 @@ fn cairn_unlocked(args: &[&str]) -> Output {
     }
 }
 
+/// `Db::open` of `dir`, again for up to 10 s while the directory is
+/// locked: a child another test spawns just after a handle of `dir` was
+/// closed still shares that handle's lock until its exec (as for
+/// `cairn_unlocked`).
+fn open_unlocked(dir: &Path) -> Db {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match Db::open(dir, Options::default()) {
+            Err(cairndb::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::WouldBlock
+                    && std::time::Instant::now() < until =>
+            {
+                eprintln!("retrying open of {}: locked", dir.display());
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            opened => return opened.unwrap(),
+        }
+    }
+}
+
 /// Runs `cairn args`, expecting exit status `code`; returns stdout.
 fn run(args: &[&str], code: i32) -> String {
     let out = cairn_unlocked(args);
@@ -71,7 +91,7 @@ fn make(dir: &Path) {
 }
 
 fn all(dir: &Path) -> Vec<(String, Vec<cairndb::KeyValue>)> {
-    let db = Db::open(dir, Options::default()).unwrap();
+    let db = open_unlocked(dir);
     let out = db
         .keyspaces()
         .iter()
@@ -165,7 +185,7 @@ fn put_get_delete_scan_with_each_encoding() {
     assert_eq!(first["key"], "u000");
     assert_eq!(first["value"], "name0");
     // Writes of the tools are durable: the library reads them.
-    let reopened = Db::open(&db, Options::default()).unwrap();
+    let reopened = open_unlocked(&db);
     assert_eq!(reopened.get("greeting").unwrap(), None);
     reopened.close().unwrap();
 }
@@ -301,7 +321,7 @@ fn repair_rebuilds_a_lost_manifest() {
     assert!(db.join("lost").join(table.file_name().unwrap()).exists());
     assert!(run(&["repair", "--help"], 0).contains("lost"));
     // Another process holding the database: exit status 2, the lock named.
-    let open = Db::open(&db, Options::default()).unwrap();
+    let open = open_unlocked(&db);
     let out = cairn(&["repair", d]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("LOCK"));

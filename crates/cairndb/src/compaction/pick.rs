@@ -146,10 +146,11 @@ fn level0_merge_entries(v: &Version) -> Option<u64> {
 /// tables past the first per entry the merge would take, so a merge costs
 /// no more than a fixed share of what reads lost to level 0 before it
 /// (the bet: reads go on as they did). On this VM a merge took about
-/// 0.8 µs per entry, and a point read through three level-0 tables cost
-/// about 2.5 µs more than one through a single table (cache misses of the
-/// shadowed versions' blocks included): reads had lost about half of a
-/// merge's cost when it begins.
+/// 0.8 µs per entry, and in dbbench's state (three level-0 tables) a
+/// point read cost about 2.5 µs more than after the merge (cache misses
+/// on the shadowed versions' blocks included) and counted about 0.55
+/// probes: reads have lost about two thirds of a merge's cost when it
+/// begins (docs/architecture.md §Flush and compaction).
 const PROBES_PER_ENTRY_MERGED: f64 = 0.125;
 
 /// Fewest probes that buy a merge, whatever its size.
