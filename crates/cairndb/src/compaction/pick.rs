@@ -131,15 +131,11 @@ pub(super) fn deepest_level0(v: &Version) -> Option<u32> {
         .map(|(k, _)| k)
 }
 
-/// Entries the level-0 merge `pick` takes (those of the deepest
-/// keyspace's level-0 tables and the level-1 tables they overlap), if
+/// Entries the level-0 merge `pick` takes (`level0_compaction`), if
 /// level 0 holds tables of a live keyspace.
 fn level0_merge_entries(v: &Version) -> Option<u64> {
-    let keyspace = deepest_level0(v)?;
-    let inputs = level0_of(v, keyspace);
-    let (lo, hi) = user_range(&inputs)?;
-    let below = v.overlapping(1, keyspace, &lo, &hi);
-    Some(inputs.iter().chain(&below).map(|f| f.entries).sum())
+    let c = level0_compaction(v)?;
+    Some(c.inputs.iter().chain(&c.below).map(|f| f.entries).sum())
 }
 
 /// Reads buy a level-0 merge once they have consulted this many level-0
@@ -228,8 +224,7 @@ pub(super) fn pick(
         return None;
     }
     let (keyspace, inputs) = if level == 0 {
-        let keyspace = deepest_level0(v)?;
-        (keyspace, level0_of(v, keyspace))
+        return level0_compaction(v);
     } else {
         // Round robin through the level, keyspace by keyspace; tables of
         // dropped keyspaces are left to their removal.
@@ -248,6 +243,24 @@ pub(super) fn pick(
         pointer[level] = (after.keyspace, after.largest.clone());
         (after.keyspace, vec![(*after).clone()])
     };
+    with_below(v, level, keyspace, inputs)
+}
+
+/// The merge of level 0: every level-0 table of the keyspace with the
+/// most (`deepest_level0`), and the level-1 tables they overlap.
+fn level0_compaction(v: &Version) -> Option<Compaction> {
+    let keyspace = deepest_level0(v)?;
+    with_below(v, 0, keyspace, level0_of(v, keyspace))
+}
+
+/// The compaction of `inputs` (of `level` and `keyspace`) with the
+/// tables of the next level they overlap.
+fn with_below(
+    v: &Version,
+    level: usize,
+    keyspace: u32,
+    inputs: Vec<sync::Arc<TableFile>>,
+) -> Option<Compaction> {
     let (lo, hi) = user_range(&inputs)?;
     let below = v.overlapping(level + 1, keyspace, &lo, &hi);
     Some(Compaction {

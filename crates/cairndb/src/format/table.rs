@@ -347,10 +347,13 @@ impl TableWriter {
         };
         self.packed = packed;
         let h = h?;
-        if let Some((cache, id)) = &self.cache
-            && let Ok(block) = Block::new(bytes.into()).and_then(|b| b.with_hints(key::user_key))
-        {
-            cache.insert(*id, h.offset, block);
+        if let Some((cache, id)) = &self.cache {
+            // The builder's own block: refused only by a bug here.
+            let block = Block::new(bytes.into()).and_then(|b| b.with_hints(key::user_key));
+            debug_assert!(block.is_ok(), "a built block fails to decode");
+            if let Ok(block) = block {
+                cache.insert(*id, h.offset, block);
+            }
         }
         let mut handle = Vec::with_capacity(20);
         put_varint(&mut handle, h.offset);
